@@ -1,0 +1,93 @@
+"""Model-based goal inference: per-step action likelihoods under every ordered goal and the
+exact Bayesian posterior (Bayesian inverse planning, MindZero eq. 1).
+
+`goal_log_likelihoods` is the planner estimator of `log P(a_t | g, s_t)` that the MindZero
+ELBO reward (eq. 4) sums over time. It models the carry-phase pause as part of the human's
+policy, so pauses are informative instead of flattening every goal to the floor as in the
+public reference code. Each step is floored at `likelihood_floor` so everything stays finite.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxtom.gridworld.planner import SceneView, cell_of, human_log_policy
+from jaxtom.gridworld.types import EnvParams, EnvState, Layout, goal_pairs
+
+
+@struct.dataclass
+class Trajectory:
+    """The human's behaviour in one episode: states before each action, and the actions.
+
+    All fields but `layout` have a leading time axis T; `valid` masks steps after the end.
+    """
+
+    layout: Layout
+    human_pos: jnp.ndarray  # int32 [T, 2]
+    human_holding: jnp.ndarray  # int32 [T]
+    human_last_action: jnp.ndarray  # int32 [T]
+    helper_holding: jnp.ndarray  # int32 [T]
+    obj_pos: jnp.ndarray  # int32 [T, K, 2]
+    action: jnp.ndarray  # int32 [T] the human's action at each step
+    valid: jnp.ndarray  # bool [T]
+
+    @property
+    def length(self) -> jnp.ndarray:
+        return self.valid.sum(-1)
+
+
+def trajectory_step(state: EnvState, human_action, valid) -> Trajectory:
+    """One time slice of a trajectory, recorded from the state the human acted in."""
+    return Trajectory(layout=state.layout, human_pos=state.human_pos,
+                      human_holding=state.human_holding,
+                      human_last_action=state.human_last_action,
+                      helper_holding=state.helper_holding, obj_pos=state.obj_pos,
+                      action=jnp.asarray(human_action, jnp.int32), valid=jnp.asarray(valid))
+
+
+def _step_log_likelihoods(layout, human_pos, human_holding, last_action, helper_holding,
+                          obj_pos, action, params: EnvParams) -> jnp.ndarray:
+    """[G] floored log P(action | goal, state) for every ordered goal at one time step."""
+    goals = jnp.asarray(goal_pairs(params.num_objects))
+    view = SceneView(layout, obj_pos, human_holding, helper_holding, params.width)
+    logp = human_log_policy(view, cell_of(human_pos, params.width), human_holding, last_action,
+                            goals[:, 0], goals[:, 1], params)
+    return jnp.maximum(logp[:, action], jnp.log(params.likelihood_floor))
+
+
+def goal_log_likelihoods(trajectory: Trajectory, params: EnvParams) -> jnp.ndarray:
+    """`[..., T, G]` per-step log-likelihoods of the human's actions under every ordered goal
+    (G = K (K - 1) = 56); zero at invalid steps. Works on a single trajectory or any batch."""
+    def one(traj: Trajectory):
+        per_step = jax.vmap(_step_log_likelihoods, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
+            traj.layout, traj.human_pos, traj.human_holding, traj.human_last_action,
+            traj.helper_holding, traj.obj_pos, traj.action, params)
+        return jnp.where(traj.valid[:, None], per_step, 0.0)
+
+    batch_dims = trajectory.valid.ndim - 1
+    fn = one
+    for _ in range(batch_dims):
+        fn = jax.vmap(fn)
+    return fn(trajectory)
+
+
+def posterior_from_log_likelihoods(step_log_liks: jnp.ndarray, prior=None) -> jnp.ndarray:
+    """`P(goal | a_1:t)` for every t from per-step log-likelihoods `[..., T, G]`."""
+    cumulative = jnp.cumsum(step_log_liks, axis=-2)
+    num_goals = step_log_liks.shape[-1]
+    log_prior = (jnp.full((num_goals,), -jnp.log(num_goals)) if prior is None
+                 else jnp.log(jnp.asarray(prior)))
+    return jax.nn.softmax(cumulative + log_prior, axis=-1)
+
+
+def goal_posterior(trajectory: Trajectory, params: EnvParams, prior=None) -> jnp.ndarray:
+    """`[..., T, G]` exact posterior over ordered goals after each step (uniform prior unless
+    given; `prior` is a probability vector over the G goals)."""
+    if prior is not None:
+        prior = jnp.asarray(prior)
+        if prior.shape[-1] != params.num_goals:
+            raise ValueError(f"prior has {prior.shape[-1]} entries, expected {params.num_goals} "
+                             "(one per ordered goal)")
+    return posterior_from_log_likelihoods(goal_log_likelihoods(trajectory, params), prior)

@@ -1,0 +1,180 @@
+"""Shortest-path planners: the simulated human's policy and the helper's action values.
+
+Both agents value a cell by the discounted cost of the steps still needed,
+`disc(n) = -c (1 - gamma^n) / (1 - gamma)`, and act by a Boltzmann policy over
+`Q(a) = gamma V(next) - c`. Softmax ignores constants, so logits are computed as
+`(c gamma / ((1 - gamma) tau)) gamma^n`, which keeps float32 exact to ~1e-6.
+
+The human (appendix B.3 of MindZero) pursuing the ordered goal (object1, object2):
+  * empty-handed: walks to object1 (value uses `d(cell, object1) + max(0, d(o1, o2) - 1)`),
+    and picks it when standing on it (forced);
+  * carrying object1: if its cell is free and at Manhattan distance 1 of object2, puts it down
+    (forced); otherwise, if its last action was a move, it pauses (stays) -- the carry phase
+    alternates move and pause, and the pause is part of the policy, with probability 1;
+    otherwise it moves toward the nearest free cell adjacent to object2;
+  * carrying any other object: the goal cannot explain the state; every action is impossible.
+With probability `random_prob` it instead takes one of the four moves uniformly.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxtom.gridworld.types import (
+    DOWN, INF, LEFT, MOVES, NUM_ACTIONS, PICK, PUT, RIGHT, STAY, UP, EnvParams, Layout,
+)
+
+NEG_INF = -jnp.inf
+_MOVE_IDS = jnp.array(MOVES)
+
+
+def cell_of(pos: jnp.ndarray, width: int) -> jnp.ndarray:
+    return pos[..., 1] * width + pos[..., 0]
+
+
+def logit_scale(params: EnvParams, tau: float) -> float:
+    return params.step_cost * params.gamma / ((1.0 - params.gamma) * tau)
+
+
+def discount_power(steps: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
+    """gamma ** steps, the only action-dependent part of disc(steps)."""
+    return jnp.power(jnp.float32(params.gamma), steps.astype(jnp.float32))
+
+
+class SceneView:
+    """Per-state quantities shared by every goal hypothesis: object cells, ground occupancy,
+    and the free cells adjacent to every object."""
+
+    def __init__(self, layout: Layout, obj_pos, human_holding, helper_holding, width: int):
+        self.layout = layout
+        self.width = width
+        num_objects = obj_pos.shape[0]
+        ids = jnp.arange(num_objects)
+        self.obj_cell = cell_of(obj_pos, width)
+        self.on_ground = (ids != human_holding) & (ids != helper_holding)
+        cells = layout.next_cell.shape[0]
+        self.occupied = jnp.zeros(cells, bool).at[self.obj_cell].max(self.on_ground)
+        neighbours = layout.next_cell[self.obj_cell][:, 1:]  # [K, 4]
+        self.adjacent = neighbours
+        self.adjacent_free = (neighbours != self.obj_cell[:, None]) & ~self.occupied[neighbours]
+
+    def distance(self, cells, targets):
+        """Path length between broadcastable cell index arrays."""
+        return self.layout.dist[cells, targets].astype(jnp.int32)
+
+    def distance_to_adjacent(self, cells, objects):
+        """Path length from `cells` to the nearest free cell next to each of `objects`."""
+        d = self.layout.dist[cells[..., None], self.adjacent[objects]].astype(jnp.int32)
+        return jnp.min(jnp.where(self.adjacent_free[objects], d, INF), axis=-1)
+
+    def manhattan_to_object(self, cell, obj):
+        target = self.obj_cell[obj]
+        w = self.width
+        return jnp.abs(cell % w - target % w) + jnp.abs(cell // w - target // w)
+
+
+def human_log_policy(view: SceneView, human_cell, holding, last_action, object1, object2,
+                     params: EnvParams) -> jnp.ndarray:
+    """log pi(a | state, goal) over the 7 actions, -inf for impossible actions.
+
+    `object1`/`object2` may be arrays of any shape (one entry per hypothesis); the result has
+    that shape plus a trailing action axis. Includes the `random_prob` mixture.
+    """
+    object1, object2 = jnp.asarray(object1), jnp.asarray(object2)
+    move_cells = view.layout.next_cell[human_cell, 1:]  # [4]
+    shape = jnp.broadcast_shapes(object1.shape, object2.shape)
+    o1 = jnp.broadcast_to(object1, shape)[..., None]
+    o2 = jnp.broadcast_to(object2, shape)[..., None]
+
+    # Empty-handed: head for object1.
+    to_o1 = view.distance(move_cells, view.obj_cell[o1])
+    o1_to_o2 = jnp.maximum(view.distance(view.obj_cell[o1], view.obj_cell[o2]) - 1, 0)
+    seek_steps = to_o1 + o1_to_o2
+    # Carrying object1: head for a free cell next to object2.
+    carry_steps = view.distance_to_adjacent(move_cells, o2)
+
+    carrying = holding == o1[..., 0]
+    steps = jnp.where(carrying[..., None], carry_steps, seek_steps)
+    move_logits = logit_scale(params, params.human_tau) * discount_power(steps, params)
+    move_logp = jax.nn.log_softmax(move_logits, axis=-1)
+    logp_moves = jnp.full(shape + (NUM_ACTIONS,), NEG_INF).at[..., _MOVE_IDS].set(move_logp)
+
+    def only(action):
+        return jnp.where(jnp.arange(NUM_ACTIONS) == action, 0.0, NEG_INF)
+
+    forced_pick = (holding < 0) & view.on_ground[o1[..., 0]] & (view.obj_cell[o1[..., 0]] == human_cell)
+    forced_put = carrying & ~view.occupied[human_cell] & (
+        view.manhattan_to_object(human_cell, o2[..., 0]) == 1)
+    pause = carrying & jnp.isin(last_action, _MOVE_IDS)
+    impossible = (holding >= 0) & ~carrying
+
+    logp = logp_moves
+    logp = jnp.where(pause[..., None], only(STAY), logp)
+    logp = jnp.where(forced_put[..., None], only(PUT), logp)
+    logp = jnp.where(forced_pick[..., None], only(PICK), logp)
+    logp = jnp.where(impossible[..., None], NEG_INF, logp)
+
+    if params.random_prob > 0.0:
+        uniform_move = jnp.where(jnp.isin(jnp.arange(NUM_ACTIONS), _MOVE_IDS),
+                                 jnp.log(params.random_prob / 4.0), NEG_INF)
+        logp = jnp.logaddexp(jnp.log1p(-params.random_prob) + logp, uniform_move)
+    return logp
+
+
+def helper_remaining_steps(view: SceneView, cells, holding, human_holding, object1, object2):
+    """Steps the helper still needs under goal (object1, object2) from `cells` while holding
+    `holding`: fetch object2 (the object the human is not going for) and put it next to
+    object1. Shapes broadcast; returns int32."""
+    o1_cell = view.obj_cell[object1]
+    o2_cell = view.obj_cell[object2]
+    # Empty-handed: walk to object2, pick, carry it next to object1, put.
+    fetch = view.distance(cells, o2_cell) + 1 + jnp.maximum(view.distance(o2_cell, o1_cell) - 1, 0) + 1
+    o2_available = view.on_ground[object2]
+    empty = jnp.where(o2_available, fetch, 0)  # nothing useful to do if object2 is held
+    # Holding object2: walk to a free cell next to object1, put.
+    deliver = view.distance_to_adjacent(cells, object1) + 1
+    # Holding something else: put it down first.
+    other = empty + 1
+    steps = jnp.where(holding == object2, deliver, jnp.where(holding < 0, empty, other))
+    # If the human already carries object2 the hypothesis gives the helper nothing to do.
+    return jnp.where(human_holding == object2, 0, steps)
+
+
+def helper_logits(view: SceneView, helper_cell, helper_holding, human_cell, human_holding,
+                  goals, probs, params: EnvParams) -> jnp.ndarray:
+    """Boltzmann logits over the 7 helper actions for Q(a) = sum_i p_i V(a | g_i).
+
+    `goals` [M, 2] ordered goals, `probs` [M]. Invalid actions get -inf; picking is not
+    allowed while the human is within `yield_distance` path steps of the object (yielding).
+    """
+    object1, object2 = goals[:, 0], goals[:, 1]
+    next_cells = view.layout.next_cell[helper_cell]  # [5] stay/up/down/left/right
+    ground_here = view.on_ground & (view.obj_cell == helper_cell)
+    can_pick = (helper_holding < 0) & jnp.any(ground_here)
+    picked = jnp.argmax(ground_here)  # lowest id on the cell
+    can_put = (helper_holding >= 0) & ~view.occupied[helper_cell]
+    human_near = view.distance(human_cell, helper_cell) <= params.yield_distance
+    can_pick = can_pick & ~human_near
+
+    # Steps after each action, per hypothesis: [7, M].
+    move_steps = helper_remaining_steps(view, next_cells[:, None], helper_holding, human_holding,
+                                        object1[None], object2[None])
+    pick_steps = helper_remaining_steps(view, helper_cell, picked, human_holding, object1, object2)
+    # After a put: nothing left if object2 now lies next to object1; a misplaced object2 must
+    # be fetched again from here; putting any other object down frees the hands.
+    delivered = view.manhattan_to_object(helper_cell, object1) == 1
+    refetch = 2 + jnp.maximum(view.distance(helper_cell, view.obj_cell[object1]) - 1, 0)
+    dropped = helper_remaining_steps(view, helper_cell, -1, human_holding, object1, object2)
+    put_steps = jnp.where(helper_holding == object2, jnp.where(delivered, 0, refetch), dropped)
+    put_steps = jnp.where(human_holding == object2, 0, put_steps)
+    steps = jnp.concatenate([move_steps, pick_steps[None], put_steps[None]], axis=0)
+
+    value = discount_power(steps, params) @ probs  # [7]
+    logits = logit_scale(params, params.helper_tau) * value
+    valid = jnp.array([True] * 5 + [False, False]).at[PICK].set(can_pick).at[PUT].set(can_put)
+    return jnp.where(valid, logits, NEG_INF)
+
+
+__all__ = ["SceneView", "human_log_policy", "helper_logits", "helper_remaining_steps",
+           "cell_of", "DOWN", "LEFT", "RIGHT", "UP"]

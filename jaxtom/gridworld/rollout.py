@@ -1,0 +1,156 @@
+"""Whole-episode rollouts with `lax.scan` and the speedup metric (MindZero appendix A.2).
+
+Every step draws the human's key from `fold_in(key, t)` alone, so the human's randomness does
+not depend on the helper: a helper that only stays reproduces the baseline exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtom.gridworld import env
+from jaxtom.gridworld.inference import Trajectory, _step_log_likelihoods
+from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index, goal_pairs
+
+HELPERS = ("oracle", "bip", "random", "stay")
+
+
+def _check_helper(helper: str) -> str:
+    if helper not in HELPERS:
+        raise ValueError(f"unknown helper {helper!r}; expected one of {HELPERS}")
+    return helper
+
+
+def top_particles(log_posterior, all_goals, count: int):
+    """The `count` most probable goals and their renormalised probabilities (the belief a
+    particle-based helper sees); `count=0` keeps the full posterior."""
+    if count <= 0 or count >= all_goals.shape[0]:
+        return all_goals, jax.nn.softmax(log_posterior)
+    top_logp, top = jax.lax.top_k(log_posterior, count)
+    return all_goals[top], jax.nn.softmax(top_logp)
+
+
+@functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior",
+                                             "bip_particles"))
+def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "stay",
+            horizon: int | None = None, track_posterior: bool = False, bip_particles: int = 0):
+    """Run one episode for `horizon` (default `max_steps`) steps with a helper driven by the
+    true goal (`oracle`), the exact posterior (`bip`), a random goal (`random`) or nothing
+    (`stay`). Returns `(final_state, trajectory, helper_actions, true_goal_posterior)`; the
+    posterior of the true goal before each step is tracked for `bip` or when asked."""
+    _check_helper(helper)
+    horizon = horizon or params.max_steps
+    num_goals = params.num_goals
+    all_goals = jnp.asarray(goal_pairs(params.num_objects))
+    track = track_posterior or helper == "bip"
+    k_random, key = jax.random.split(key)
+    random_goal = all_goals[jax.random.randint(k_random, (), 0, num_goals)]
+    true_goal = goal_index(state.goal[0], state.goal[1], params.num_objects)
+
+    def body(carry, t):
+        state, log_post = carry
+        k_human, k_helper = jax.random.split(jax.random.fold_in(key, t))
+        human_action = env.sample_human_action(k_human, state, params)
+        if helper == "stay":
+            helper_action = jnp.int32(STAY)
+        else:
+            if helper == "oracle":
+                goals, probs = state.goal[None], jnp.ones(1)
+            elif helper == "random":
+                goals, probs = random_goal[None], jnp.ones(1)
+            else:
+                goals, probs = top_particles(log_post, all_goals, bip_particles)
+            helper_action = env.sample_helper_action(k_helper, state, goals, probs, params)
+        posterior_true = jax.nn.softmax(log_post)[true_goal]
+        if track:
+            step_ll = _step_log_likelihoods(
+                state.layout, state.human_pos, state.human_holding, state.human_last_action,
+                state.helper_holding, state.obj_pos, human_action, params)
+            log_post = log_post + jnp.where(state.done, 0.0, step_ll)
+        record = (state.human_pos, state.human_holding, state.human_last_action,
+                  state.helper_holding, state.obj_pos, human_action, ~state.done)
+        new_state = env.transition(state, human_action, helper_action, params)
+        return (new_state, log_post), (record, helper_action, posterior_true)
+
+    init = (state, jnp.zeros(num_goals))
+    (final, _), (record, helper_actions, posterior_true) = jax.lax.scan(
+        body, init, jnp.arange(horizon))
+    pos, holding, last, helper_holding, obj_pos, action, valid = record
+    trajectory = Trajectory(layout=state.layout, human_pos=pos, human_holding=holding,
+                            human_last_action=last, helper_holding=helper_holding,
+                            obj_pos=obj_pos, action=action, valid=valid)
+    return final, trajectory, helper_actions, posterior_true
+
+
+def rollout_batch(keys: jax.Array, states: EnvState, params: EnvParams, helper: str = "stay",
+                  horizon: int | None = None, track_posterior: bool = False):
+    """`rollout` vmapped over a batch of episodes (leading axis of `keys` and `states`)."""
+    return _rollout_batch(keys, states, params, helper, horizon, track_posterior)
+
+
+@functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior"))
+def _rollout_batch(keys, states, params, helper, horizon, track_posterior):
+    fn = functools.partial(rollout.__wrapped__, params=params, helper=helper, horizon=horizon,
+                           track_posterior=track_posterior)
+    return jax.vmap(fn)(keys, states)
+
+
+@functools.partial(jax.jit, static_argnames=("params", "num_episodes"))
+def reset_batch(key: jax.Array, params: EnvParams, num_episodes: int) -> EnvState:
+    """`num_episodes` random episodes (the `reset` of each split key)."""
+    return jax.vmap(lambda k: env.reset(k, params)[1])(jax.random.split(key, num_episodes))
+
+
+def completion_time(final: EnvState) -> jnp.ndarray:
+    """Steps taken: the time at which the episode finished (max_steps if it never did)."""
+    return final.time
+
+
+def speedup(time_human: jnp.ndarray, time_collab: jnp.ndarray) -> jnp.ndarray:
+    """T_human / T_collab - 1 per episode (MindZero eq. 5)."""
+    return time_human / time_collab - 1.0
+
+
+def simulate(key: jax.Array, params: EnvParams, helpers=HELPERS, num_episodes: int = 100,
+             seeds=(10, 20, 30), states: EnvState | None = None) -> dict:
+    """Speedup of each helper over the stationary baseline on the same episodes and seeds.
+
+    Episodes come from `key` (or `states`); each seed drives the agents' randomness. Returns,
+    per helper, `speedup` [seeds, episodes], the mean, its standard error over episodes, and
+    the mean posterior probability of the true goal (exact inference) over the steps taken.
+    """
+    for helper in helpers:
+        _check_helper(helper)
+    if states is None:
+        states = reset_batch(key, params, num_episodes)
+    num_episodes = states.time.shape[0]
+    results: dict = {}
+    times: dict[str, list] = {h: [] for h in set(helpers) | {"stay"}}
+    posteriors: list = []
+    for seed in seeds:
+        keys = jax.random.split(jax.random.key(seed), num_episodes)
+        for helper in times:
+            final, traj, _, post = rollout_batch(keys, states, params, helper,
+                                                 track_posterior=helper == "stay")
+            times[helper].append(np.asarray(completion_time(final)))
+            if helper == "stay":
+                valid = np.asarray(traj.valid)
+                posteriors.append((np.asarray(post) * valid).sum(1) / np.maximum(valid.sum(1), 1))
+    baseline = np.stack(times["stay"]).astype(np.float64)
+    for helper in helpers:
+        collab = np.stack(times[helper]).astype(np.float64)
+        values = np.asarray(speedup(baseline, collab))
+        per_episode = values.mean(0)
+        results[helper] = {
+            "speedup": values,
+            "mean": float(values.mean()),
+            "sem": float(per_episode.std(ddof=1) / np.sqrt(num_episodes)) if num_episodes > 1 else 0.0,
+            "mean_steps": float(collab.mean()),
+        }
+    results["baseline_mean_steps"] = float(baseline.mean())
+    results["true_goal_posterior"] = float(np.mean(posteriors))
+    return results
