@@ -1,0 +1,243 @@
+"""One Flax NNX decoder for the Llama 3 family and Qwen3.
+
+Layer parameters are stacked on a leading `layers` axis and the forward pass is a
+`lax.scan` over them: a 30-layer model compiles as fast as a 1-layer one, and the KV cache
+is one array per K/V that the scan updates in place. Parameter names follow Hugging Face so
+that loading and saving are a transpose, not a translation table.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxtom.models.config import ModelConfig
+
+# name -> (logical axes without the layer axis, HF tensor is [out, in] so we transpose)
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def linear_axes(name: str) -> tuple[str, str]:
+    return {"q_proj": ("embed", "q_heads"), "k_proj": ("embed", "kv_heads"),
+            "v_proj": ("embed", "kv_heads"), "o_proj": ("q_heads", "embed"),
+            "gate_proj": ("embed", "mlp"), "up_proj": ("embed", "mlp"),
+            "down_proj": ("mlp", "embed")}[name]
+
+
+def linear_shape(cfg: ModelConfig, name: str) -> tuple[int, int]:
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    return {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d),
+            "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}[name]
+
+
+class KVCache(NamedTuple):
+    """Keys and values for every layer: [layers, batch, max_len, kv_heads, head_dim]."""
+    k: jax.Array
+    v: jax.Array
+
+    @classmethod
+    def zeros(cls, cfg: ModelConfig, batch: int, max_len: int) -> "KVCache":
+        shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+        dtype = jnp.dtype(cfg.compute_dtype)
+        return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+
+CACHE_AXES = ("layers", "batch", "cache_seq", "kv_heads", "head_dim")
+
+
+def _param(rngs, shape, axes, dtype, init="normal", scale=0.02):
+    if init == "ones":
+        value = jnp.ones(shape, dtype)
+    elif init == "zeros":
+        value = jnp.zeros(shape, dtype)
+    else:
+        value = (scale * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+    return nnx.Param(value, logical_axes=tuple(axes))
+
+
+class DecoderLayers(nnx.Module):
+    """All transformer blocks, each parameter stacked over a leading layer axis."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        L, dt = cfg.num_layers, jnp.dtype(cfg.param_dtype)
+        for name in LINEARS:
+            setattr(self, name, _param(rngs, (L, *linear_shape(cfg, name)),
+                                       ("layers", *linear_axes(name)), dt))
+        if cfg.attention_bias:
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                shape = (L, linear_shape(cfg, name)[1])
+                setattr(self, name + "_bias", _param(rngs, shape, ("layers", linear_axes(name)[1]),
+                                                     dt, "zeros"))
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            setattr(self, name, _param(rngs, (L, cfg.hidden_size), ("layers", "norm"), dt, "ones"))
+        if cfg.qk_norm:
+            for name in ("q_norm", "k_norm"):
+                setattr(self, name, _param(rngs, (L, cfg.head_dim), ("layers", "head_dim"), dt,
+                                           "ones"))
+        self.lora_scale: dict[str, float] = {}
+
+    def arrays(self) -> dict[str, jax.Array]:
+        """Plain arrays of every (base and LoRA) parameter, for the layer scan."""
+        return {k: v[...] for k, v in vars(self).items() if isinstance(v, nnx.Variable)}
+
+
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+    """Inverse RoPE frequencies, with llama3 long-context scaling when configured."""
+    dim = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    if cfg.rope_llama3 is not None:
+        factor, low, high, orig = cfg.rope_llama3
+        wavelen = 2 * np.pi / inv
+        low_wavelen, high_wavelen = orig / low, orig / high
+        smooth = (orig / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        inv = np.where(wavelen > low_wavelen, inv / factor,
+                       np.where(wavelen < high_wavelen, inv, mid))
+    return inv.astype(np.float32)
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm in float32, cast back before the weight (as Hugging Face does)."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return weight.astype(x.dtype) * y.astype(x.dtype)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate-half RoPE; x [B, T, heads, hd], cos/sin [B, T, hd/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, :, None, :].astype(x.dtype), sin[:, :, None, :].astype(x.dtype)
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def _linear(p: dict, name: str, x: jax.Array, lora_scale: dict) -> jax.Array:
+    y = x @ p[name].astype(x.dtype)
+    if name + "_bias" in p:
+        y = y + p[name + "_bias"].astype(x.dtype)
+    if name + "_lora_a" in p:
+        a, b = p[name + "_lora_a"].astype(x.dtype), p[name + "_lora_b"].astype(x.dtype)
+        y = y + (x @ a) @ b * lora_scale[name]
+    return y
+
+
+def attention(q, k, v, mask, cfg: ModelConfig) -> jax.Array:
+    """Grouped-query attention; q [B,T,H,hd], k/v [B,S,K,hd], mask [B,T,S] -> [B,T,H*hd]."""
+    B, T = q.shape[:2]
+    K, G = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads
+    q = q.reshape(B, T, K, G, cfg.head_dim)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32)
+    scores = scores * (cfg.head_dim ** -0.5)
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(B, T, cfg.num_heads * cfg.head_dim)
+
+
+def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write):
+    """One block. `kv_write(k, v)` stores the new keys/values and returns (keys, values, mask)."""
+    B, T, _ = h.shape
+    x = rms_norm(h, p["input_layernorm"], cfg.rms_norm_eps)
+    q = _linear(p, "q_proj", x, lora_scale).reshape(B, T, cfg.num_heads, cfg.head_dim)
+    k = _linear(p, "k_proj", x, lora_scale).reshape(B, T, cfg.num_kv_heads, cfg.head_dim)
+    v = _linear(p, "v_proj", x, lora_scale).reshape(B, T, cfg.num_kv_heads, cfg.head_dim)
+    if cfg.qk_norm:
+        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    keys, values, mask = kv_write(k, v)
+    h = h + _linear(p, "o_proj", attention(q, keys, values, mask, cfg), lora_scale)
+    x = rms_norm(h, p["post_attention_layernorm"], cfg.rms_norm_eps)
+    gate = jax.nn.silu(_linear(p, "gate_proj", x, lora_scale))
+    return h + _linear(p, "down_proj", gate * _linear(p, "up_proj", x, lora_scale), lora_scale)
+
+
+class Decoder(nnx.Module):
+    """Causal LM: `model(input_ids)` -> float32 logits [batch, seq, vocab]."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = cfg
+        dt = jnp.dtype(cfg.param_dtype)
+        self.embed_tokens = _param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dt)
+        self.layers = DecoderLayers(cfg, rngs)
+        self.norm = _param(rngs, (cfg.hidden_size,), ("norm",), dt, "ones")
+        if not cfg.tie_word_embeddings:
+            self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), dt)
+
+    def _rope(self, positions):
+        angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope_inv_freq(self.config))
+        return jnp.cos(angles), jnp.sin(angles)
+
+    def _embed(self, tokens):
+        return jnp.take(self.embed_tokens[...], tokens, axis=0).astype(self.config.compute_dtype)
+
+    def _logits(self, h):
+        cfg = self.config
+        h = rms_norm(h, self.norm[...], cfg.rms_norm_eps)
+        head = self.embed_tokens[...].T if cfg.tie_word_embeddings else self.lm_head[...]
+        return (h @ head.astype(h.dtype)).astype(jnp.float32)
+
+    def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None) -> jax.Array:
+        """Full causal forward without a cache (training, scoring)."""
+        cfg = self.config
+        input_ids = jnp.asarray(input_ids)
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
+        B, T = input_ids.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(T), (B, T))
+        cos, sin = self._rope(positions)
+        mask = positions[:, None, :] <= positions[:, :, None]
+        lora_scale = self.layers.lora_scale
+
+        def body(h, p):
+            return layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask)), None
+
+        h, _ = jax.lax.scan(body, self._embed(input_ids), self.layers.arrays())
+        return self._logits(h)
+
+    def forward_cached(self, tokens: jax.Array, cache: KVCache, starts: jax.Array
+                       ) -> tuple[jax.Array, KVCache]:
+        """Runs `tokens` [B, T] at per-row cache offsets `starts` [B]; returns logits, cache.
+
+        Row b's tokens occupy cache slots starts[b] .. starts[b]+T-1 and see every slot at or
+        before their own position, so prefill, decode and resumption are the same call.
+        """
+        cfg = self.config
+        B, T = tokens.shape
+        S = cache.k.shape[2]
+        positions = starts[:, None] + jnp.arange(T)[None, :]
+        cos, sin = self._rope(positions)
+        mask = jnp.arange(S)[None, None, :] <= positions[:, :, None]
+        lora_scale = self.layers.lora_scale
+        write_rows = jax.vmap(lambda c, u, s: jax.lax.dynamic_update_slice_in_dim(c, u, s, 0))
+
+        def body(carry, xs):
+            h, ck, cv = carry
+            p, i = xs
+
+            def kv_write(k, v):
+                lk = write_rows(ck[i], k.astype(ck.dtype), starts)
+                lv = write_rows(cv[i], v.astype(cv.dtype), starts)
+                kv_write.out = (lk, lv)
+                return lk.astype(k.dtype), lv.astype(v.dtype), mask
+
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write)
+            lk, lv = kv_write.out
+            ck = jax.lax.dynamic_update_index_in_dim(ck, lk, i, 0)
+            cv = jax.lax.dynamic_update_index_in_dim(cv, lv, i, 0)
+            return (h, ck, cv), None
+
+        xs = (self.layers.arrays(), jnp.arange(cfg.num_layers))
+        (h, ck, cv), _ = jax.lax.scan(body, (self._embed(tokens), cache.k, cache.v), xs)
+        return self._logits(h), KVCache(ck, cv)
+
+
+def init_decoder(cfg: ModelConfig, seed: int = 0) -> Decoder:
+    """A randomly initialised decoder (tests, benchmarks, training from scratch)."""
+    return Decoder(cfg, rngs=nnx.Rngs(seed))

@@ -1,0 +1,155 @@
+"""Device meshes, logical-axis rules and placement helpers.
+
+Parameters and activations name their axes logically ("embed", "q_heads", "batch", ...);
+one rule table maps those names to the mesh axes `data`, `fsdp` and `tensor`, so a model
+never mentions a mesh and the same code runs on one CPU or a pod slice.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# logical axis -> mesh axis (or tuple of mesh axes, or None for replicated)
+DEFAULT_RULES: dict[str, Any] = {
+    "batch": BATCH_AXES,
+    "layers": None,
+    "vocab": "tensor",
+    "embed": "fsdp",
+    "q_heads": "tensor",
+    "kv_heads": "tensor",
+    "mlp": "tensor",
+    "norm": None,
+    "head_dim": None,
+    "lora_rank": None,
+    "seq": None,
+    "cache_seq": None,
+}
+
+
+def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A (data, fsdp, tensor) mesh over `devices` (all devices by default).
+
+    One size may be -1 to take whatever the others leave over.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = [data, fsdp, tensor]
+    if sizes.count(-1) > 1:
+        raise ValueError(f"at most one mesh axis may be -1, got (data, fsdp, tensor)={sizes}")
+    if any(s == 0 or s < -1 for s in sizes):
+        raise ValueError(f"mesh sizes must be positive (or one -1), got {sizes}")
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        if len(devices) % known:
+            raise ValueError(f"mesh {sizes}: {known} does not divide {len(devices)} devices")
+        sizes[sizes.index(-1)] = len(devices) // known
+    if math.prod(sizes) != len(devices):
+        raise ValueError(
+            f"mesh (data, fsdp, tensor)={tuple(sizes)} needs {math.prod(sizes)} devices but "
+            f"{len(devices)} are available; the product of the sizes must equal the device count")
+    grid = np.asarray(devices, dtype=object).reshape(sizes)
+    return Mesh(grid, MESH_AXES)
+
+
+def logical_to_spec(axes: Sequence[str | None], rules: dict[str, Any] | None = None
+                    ) -> PartitionSpec:
+    """Maps logical axis names to a PartitionSpec; a mesh axis is used at most once."""
+    rules = DEFAULT_RULES if rules is None else rules
+    used: set[str] = set()
+    out = []
+    for name in axes:
+        target = rules.get(name) if name is not None else None
+        names = (target,) if isinstance(target, str) else tuple(target or ())
+        names = tuple(n for n in names if n not in used)
+        used.update(names)
+        out.append(None if not names else names[0] if len(names) == 1 else names)
+    return PartitionSpec(*out)
+
+
+def fit_spec(spec: PartitionSpec, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
+    """Drops mesh axes that do not divide a dimension, so odd sizes are replicated."""
+    out = []
+    for dim, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        kept, size = [], 1
+        for n in names:
+            if dim % (size * mesh.shape[n]) == 0:
+                kept.append(n)
+                size *= mesh.shape[n]
+        out.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+    return PartitionSpec(*out)
+
+
+def named_sharding(mesh: Mesh, axes: Sequence[str | None], shape: Sequence[int],
+                   rules: dict[str, Any] | None = None) -> NamedSharding:
+    return NamedSharding(mesh, fit_spec(logical_to_spec(axes, rules), shape, mesh))
+
+
+def batch_sharding(mesh: Mesh, ndim: int, batch_size: int | None = None) -> NamedSharding:
+    """Leading axis over data x fsdp, the rest replicated."""
+    spec = PartitionSpec(BATCH_AXES, *([None] * (ndim - 1)))
+    if batch_size is not None:
+        spec = fit_spec(spec, (batch_size,) + (1,) * (ndim - 1), mesh)
+    return NamedSharding(mesh, spec)
+
+
+def check_batch_divides(batch_size: int, mesh: Mesh) -> None:
+    n = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch_size % n:
+        raise ValueError(f"batch size {batch_size} is not divisible by data*fsdp={n} of the mesh "
+                         f"{dict(mesh.shape)}; pad the batch or change the mesh")
+
+
+def shard_batch(x: Any, mesh: Mesh) -> Any:
+    """Places every array leaf of a batch with its leading axis over data x fsdp."""
+    return jax.tree.map(lambda a: jax.device_put(a, batch_sharding(mesh, np.ndim(a),
+                                                                   np.shape(a)[0])), x)
+
+
+def variable_axes(var) -> tuple | None:
+    """Logical axes stored on an NNX variable (its `logical_axes` metadata)."""
+    meta = var.get_metadata() if hasattr(var, "get_metadata") else {}
+    return meta.get("logical_axes")
+
+
+def state_shardings(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None) -> Any:
+    """NamedShardings for an NNX state whose variables carry logical axes."""
+    from flax import nnx
+
+    def one(var):
+        axes = variable_axes(var) or (None,) * len(var.value.shape)
+        return var.replace(named_sharding(mesh, axes, var.value.shape, rules))
+
+    return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def place_state(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None) -> Any:
+    """Moves an NNX state onto the mesh according to its logical axes."""
+    return jax.device_put(state, state_shardings(state, mesh, rules))
+
+
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> bool:
+    """Starts multi-host JAX when asked to or when the launcher set the usual variables.
+
+    Returns True when `jax.distributed.initialize` was called. Single-host runs skip it.
+    """
+    env_says = any(k in os.environ for k in ("JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES",
+                                              "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
+    if coordinator_address is None and num_processes is None and not env_says:
+        return False
+    if env_says and os.environ.get("SLURM_NTASKS") == "1":
+        return False
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id)
+    return True
