@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxtom.gridworld import layout as layout_lib
 from jaxtom.gridworld.planner import SceneView, cell_of, helper_logits, human_log_policy
@@ -68,9 +69,30 @@ def order_goal(layout: Layout, human_start, obj_pos, pair, width: int) -> jnp.nd
     return jnp.where(db < da, jnp.stack([b, a]), jnp.stack([a, b])).astype(jnp.int32)
 
 
+def validate_goal(goal, num_objects: int) -> tuple[int, int]:
+    """Check a concrete goal pair names two different existing objects."""
+    pair = tuple(int(g) for g in np.asarray(goal).reshape(-1))
+    if len(pair) != 2:
+        raise ValueError(f"a goal is two object ids (object1, object2), got {pair}")
+    for obj in pair:
+        if not 0 <= obj < num_objects:
+            raise ValueError(f"goal names unknown object {obj}; objects are 0..{num_objects - 1}")
+    if pair[0] == pair[1]:
+        raise ValueError(f"goal objects must differ, got {pair}")
+    return pair
+
+
 def init_state(key, walls, obj_cells, human_cell, helper_cell, params: EnvParams,
                goal_pair=None, labels=None) -> EnvState:
     """Build a state from explicit walls and cells; the goal pair is sampled if not given."""
+    if tuple(walls.shape) != (params.height, params.width):
+        raise ValueError(f"walls have shape {tuple(walls.shape)}, expected "
+                         f"(height, width) = ({params.height}, {params.width}) from EnvParams")
+    if np.shape(obj_cells) != (params.num_objects,):
+        raise ValueError(f"got {np.shape(obj_cells)} object cells, expected "
+                         f"({params.num_objects},) from EnvParams.num_objects")
+    if goal_pair is not None and not isinstance(goal_pair, jax.core.Tracer):
+        validate_goal(goal_pair, params.num_objects)
     k_goal, k_labels = jax.random.split(key)
     layout = layout_lib.make_layout(walls)
     obj_pos = _xy(obj_cells, params.width)
@@ -85,6 +107,26 @@ def init_state(key, walls, obj_cells, human_cell, helper_cell, params: EnvParams
         human_last_action=jnp.int32(STAY), helper_stays=jnp.int32(0),
         goal=order_goal(layout, human_pos, obj_pos, jnp.asarray(goal_pair), params.width),
         time=jnp.int32(0), done=jnp.array(False))
+
+
+def state_from_ascii(key: jax.Array, text: str, params: EnvParams, goal=None,
+                     labels=None) -> EnvState:
+    """A state from an ASCII scene (see `layout.parse_ascii`); sizes must match `params`."""
+    scene = layout_lib.parse_ascii(text)
+    height, width = scene.walls.shape
+    if (height, width) != (params.height, params.width):
+        raise ValueError(f"layout is {height}x{width} but EnvParams is "
+                         f"{params.height}x{params.width} (height x width)")
+    if len(scene.objects) != params.num_objects:
+        raise ValueError(f"layout has {len(scene.objects)} objects, expected "
+                         f"{params.num_objects} (digits 0..{params.num_objects - 1})")
+    if scene.human_pos is None or scene.helper_pos is None:
+        raise ValueError("layout needs one human 'H' and one helper 'P'")
+    cells = np.array([y * width + x for x, y in (scene.objects[k] for k in range(params.num_objects))])
+    human = scene.human_pos[1] * width + scene.human_pos[0]
+    helper = scene.helper_pos[1] * width + scene.helper_pos[0]
+    return init_state(key, jnp.asarray(scene.walls), jnp.asarray(cells, jnp.int32), human, helper,
+                      params, goal_pair=goal, labels=labels)
 
 
 def reset(key: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
@@ -201,4 +243,4 @@ def step(key: jax.Array, state: EnvState, helper_action, params: EnvParams):
 ACTION_NOOP = STAY
 __all__ = ["reset", "step", "transition", "init_state", "sample_human_action",
            "sample_helper_action", "human_action_log_probs", "goal_reached", "scene_view",
-           "order_goal", "validate_action", "PICK", "PUT"]
+           "order_goal", "validate_action", "validate_goal", "state_from_ascii", "PICK", "PUT"]
