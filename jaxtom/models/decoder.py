@@ -79,7 +79,7 @@ class DecoderLayers(nnx.Module):
             for name in ("q_norm", "k_norm"):
                 setattr(self, name, _param(rngs, (L, cfg.head_dim), ("layers", "head_dim"), dt,
                                            "ones"))
-        self.lora_scale: dict[str, float] = {}
+        self.lora_scale: tuple[tuple[str, float], ...] = ()  # hashable: part of the graphdef
 
     def arrays(self) -> dict[str, jax.Array]:
         """Plain arrays of every (base and LoRA) parameter, for the layer scan."""
@@ -193,7 +193,7 @@ class Decoder(nnx.Module):
             positions = jnp.broadcast_to(jnp.arange(T), (B, T))
         cos, sin = self._rope(positions)
         mask = positions[:, None, :] <= positions[:, :, None]
-        lora_scale = self.layers.lora_scale
+        lora_scale = dict(self.layers.lora_scale)
 
         def body(h, p):
             return layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask)), None
@@ -214,7 +214,7 @@ class Decoder(nnx.Module):
         positions = starts[:, None] + jnp.arange(T)[None, :]
         cos, sin = self._rope(positions)
         mask = jnp.arange(S)[None, None, :] <= positions[:, :, None]
-        lora_scale = self.layers.lora_scale
+        lora_scale = dict(self.layers.lora_scale)
         write_rows = jax.vmap(lambda c, u, s: jax.lax.dynamic_update_slice_in_dim(c, u, s, 0))
 
         def body(carry, xs):

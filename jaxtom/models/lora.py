@@ -39,7 +39,7 @@ def add_lora(model: Decoder, *, rank: int, alpha: float | None = None,
         setattr(layers, target + "_lora_b", nnx.LoRAParam(
             jnp.zeros((cfg.num_layers, rank, d_out), dtype),
             logical_axes=("layers", "lora_rank", ax_out)))
-    layers.lora_scale = {t: float(alpha if alpha is not None else rank) / rank for t in targets}
+    layers.lora_scale = tuple((t, float(alpha if alpha is not None else rank) / rank) for t in targets)
     return model
 
 
@@ -55,5 +55,5 @@ def merge_lora(model: Decoder) -> Decoder:
                      + jnp.einsum("lir,lro->lio", a, b) * scale).astype(base[...].dtype)
         delattr(layers, target + "_lora_a")
         delattr(layers, target + "_lora_b")
-    layers.lora_scale = {}
+    layers.lora_scale = ()
     return model
