@@ -3,7 +3,8 @@
 Both agents value a cell by the discounted cost of the steps still needed,
 `disc(n) = -c (1 - gamma^n) / (1 - gamma)`, and act by a Boltzmann policy over
 `Q(a) = gamma V(next) - c`. Softmax ignores constants, so logits are computed as
-`(c gamma / ((1 - gamma) tau)) gamma^n`, which keeps float32 exact to ~1e-6.
+`(c gamma / ((1 - gamma) tau))` times the action-dependent part of `gamma^n` (see
+`relative_discount`), which keeps float32 log-probabilities exact to ~1e-6.
 
 The human (appendix B.3 of MindZero) pursuing the ordered goal (object1, object2):
   * empty-handed: walks to object1 (value uses `d(cell, object1) + max(0, d(o1, o2) - 1)`),
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxtom.gridworld.types import (
     DOWN, INF, LEFT, MOVES, NUM_ACTIONS, PICK, PUT, RIGHT, STAY, UP, EnvParams, Layout,
@@ -37,9 +39,20 @@ def logit_scale(params: EnvParams, tau: float) -> float:
     return params.step_cost * params.gamma / ((1.0 - params.gamma) * tau)
 
 
-def discount_power(steps: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
-    """gamma ** steps, the only action-dependent part of disc(steps)."""
-    return jnp.power(jnp.float32(params.gamma), steps.astype(jnp.float32))
+_TABLE_SIZE = 1024  # gamma**1023 is far below the float32 resolution of any logit here
+
+
+def relative_discount(steps: jnp.ndarray, params: EnvParams, axis: int = -1) -> jnp.ndarray:
+    """gamma^steps minus its maximum along the action `axis`, i.e. gamma^m (gamma^(n-m) - 1)
+    with m the fewest steps. Only this part of disc(n) differs between actions; writing it as a
+    product of float64-built tables keeps float32 logits exact to ~1e-6 even at the 1/tau = 100
+    scale, where a plain float32 `gamma**n` is off by ~1e-5."""
+    gamma = np.float64(params.gamma)
+    powers = jnp.asarray(np.power(gamma, np.arange(_TABLE_SIZE)).astype(np.float32))
+    minus_one = jnp.asarray(np.expm1(np.arange(_TABLE_SIZE) * np.log(gamma)).astype(np.float32))
+    steps = jnp.clip(steps, 0, _TABLE_SIZE - 1)
+    fewest = jnp.min(steps, axis=axis, keepdims=True)
+    return powers[fewest] * minus_one[steps - fewest]
 
 
 class SceneView:
@@ -96,7 +109,7 @@ def human_log_policy(view: SceneView, human_cell, holding, last_action, object1,
 
     carrying = holding == o1[..., 0]
     steps = jnp.where(carrying[..., None], carry_steps, seek_steps)
-    move_logits = logit_scale(params, params.human_tau) * discount_power(steps, params)
+    move_logits = logit_scale(params, params.human_tau) * relative_discount(steps, params)
     move_logp = jax.nn.log_softmax(move_logits, axis=-1)
     logp_moves = jnp.full(shape + (NUM_ACTIONS,), NEG_INF).at[..., _MOVE_IDS].set(move_logp)
 
@@ -170,7 +183,7 @@ def helper_logits(view: SceneView, helper_cell, helper_holding, human_cell, huma
     put_steps = jnp.where(human_holding == object2, 0, put_steps)
     steps = jnp.concatenate([move_steps, pick_steps[None], put_steps[None]], axis=0)
 
-    value = discount_power(steps, params) @ probs  # [7]
+    value = relative_discount(steps, params, axis=0) @ probs  # [7], up to a constant
     logits = logit_scale(params, params.helper_tau) * value
     valid = jnp.array([True] * 5 + [False, False]).at[PICK].set(can_pick).at[PUT].set(can_put)
     return jnp.where(valid, logits, NEG_INF)

@@ -41,8 +41,9 @@ HELPER = np.array((235, 0, 0), np.uint8)
 TRACE = np.array((0, 120, 0), np.uint8)
 
 MIN_CELL_SIZE = 4
-_OBJECT_RADIUS = 0.34  # of a cell; agent markers live outside it
+_OBJECT_RADIUS = 0.32  # in cell widths; agent markers are outlines around it
 _CARRIED_RADIUS = 0.2
+_RING_RADIUS = 0.44
 
 
 def _cell_coords(cell_size: int):
@@ -106,7 +107,7 @@ def stencils(cell_size: int) -> dict[str, np.ndarray]:
     grid = (rows == 0) | (cols == 0)
     return {
         "objects": objects,
-        "human": (radius >= 0.5 - 1.5 * stroke / cell_size - 0.06) & (radius <= 0.5 - 1.5 / cell_size),
+        "human": (radius <= _RING_RADIUS) & (radius >= _RING_RADIUS - (stroke + 1) / cell_size),
         "helper": (edge >= 1) & (edge < 1 + stroke),
         "dot": radius <= max(0.09, 0.75 / cell_size),
         "grid": grid,
@@ -124,7 +125,7 @@ def _fields(state):
     if walls.ndim != 2:
         raise ValueError(f"render_rgb draws one state: walls must be [H, W], got shape "
                          f"{walls.shape}; use jax.vmap(render_rgb) for a batch")
-    return walls, state
+    return walls
 
 
 def _trace_arrays(trace):
@@ -161,16 +162,24 @@ def _marker(pos, mask: np.ndarray, height: int, width: int, cell_size: int) -> j
     return _cell_layer(here, cell_size) & _tile(mask, height, width)
 
 
-@functools.partial(jax.jit, static_argnames=("cell_size",))
 def render_rgb(state, *, cell_size: int = 16, trace=None) -> jnp.ndarray:
     """uint8 [H*cell_size, W*cell_size, 3] picture of one `EnvState` or `Observation`.
 
     `trace` (optional) marks cells as small dots: a `Trajectory` (the human's positions before
-    each valid step), a `(positions [T, 2], mask [T])` pair, or positions alone. Jit-compiled
-    with a static `cell_size`; `jax.vmap` it for batches.
+    each valid step), a `(positions [T, 2], mask [T])` pair, or positions alone. Checks its
+    input, then runs one jit-compiled kernel (static `cell_size`); works inside `jit`, and
+    `jax.vmap` it for batches.
     """
-    walls, state = _fields(state)
-    walls = jnp.asarray(walls, bool)
+    stencils(cell_size)  # validates cell_size
+    _fields(state)
+    if trace is not None:
+        trace = _trace_arrays(trace)
+    return _render(state, cell_size, trace)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _render(state, cell_size: int, trace) -> jnp.ndarray:
+    walls = jnp.asarray(_fields(state), bool)
     height, width = walls.shape
     masks = stencils(cell_size)
     image = jnp.broadcast_to(jnp.asarray(BACKGROUND), (height * cell_size, width * cell_size, 3))
@@ -180,7 +189,7 @@ def render_rgb(state, *, cell_size: int = 16, trace=None) -> jnp.ndarray:
     image = jnp.where(grid[..., None], GRID_LINE, image)
 
     if trace is not None:
-        positions, mask = _trace_arrays(trace)
+        positions, mask = trace
         visited = jnp.zeros((height, width), bool).at[positions[:, 1], positions[:, 0]].max(mask)
         dots = _cell_layer(visited, cell_size) & _tile(masks["dot"], height, width)
         image = jnp.where(dots[..., None], TRACE, image)

@@ -86,7 +86,7 @@ def test_helper_policy_matches_reference(states, params):
             goals, probs = goals_all[chosen], rng.dirichlet(np.ones(3))
             expected = reference.helper_policy(ref, [tuple(g) for g in goals], probs, params)
             got = np.asarray(probs_of(state, jnp.asarray(goals), jnp.asarray(probs, jnp.float32)))
-            np.testing.assert_allclose(got, expected, atol=2e-4)
+            np.testing.assert_allclose(got, expected, atol=1e-5)
             checked_pick += expected[PICK] > 0
             checked_put += expected[PUT] > 0
     assert checked_pick > 0 and checked_put > 0, "walks should reach pick and put states"
