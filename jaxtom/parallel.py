@@ -126,8 +126,8 @@ def state_shardings(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None)
     from flax import nnx
 
     def one(var):
-        axes = variable_axes(var) or (None,) * len(var.value.shape)
-        return var.replace(named_sharding(mesh, axes, var.value.shape, rules))
+        axes = variable_axes(var) or (None,) * len(var.get_value().shape)
+        return var.replace(named_sharding(mesh, axes, var.get_value().shape, rules))
 
     return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 

@@ -121,7 +121,7 @@ def _expected_tensors(cfg: ModelConfig, state) -> dict[str, tuple[str, int | Non
     out = {}
     for path, var in nnx.to_flat_state(state):
         param = ".".join(str(p) for p in path)
-        shape = tuple(var.value.shape)
+        shape = tuple(var.get_value().shape)
         layers = range(cfg.num_layers) if param.startswith("layers.") else [None]
         per = shape[1:] if param.startswith("layers.") else shape
         hf_shape = per[::-1] if is_transposed(param) else per
@@ -179,7 +179,7 @@ def load_state(cfg: ModelConfig, source, mesh: Mesh | None = None):
 
     def place(path, var):
         param = ".".join(str(p) for p in path)
-        shape = tuple(var.value.shape)
+        shape = tuple(var.get_value().shape)
         if mesh is None:
             sharding = SingleDeviceSharding(jax.devices()[0])
         else:
@@ -227,7 +227,7 @@ def save_pretrained(model: Decoder, path: str | Path, *, max_shard_bytes: int = 
     tensors: dict[str, np.ndarray] = {}
     for p, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         param = ".".join(str(x) for x in p)
-        arr = _host_array(var.value)
+        arr = _host_array(var.get_value())
         for layer, block in ([(i, arr[i]) for i in range(arr.shape[0])]
                              if param.startswith("layers.") else [(None, arr)]):
             tensors[hf_tensor_name(param, layer)] = np.ascontiguousarray(
