@@ -98,20 +98,22 @@ def stencils(cell_size: int) -> dict[str, np.ndarray]:
         raise ValueError(f"cell_size must be an int >= {MIN_CELL_SIZE}, got {cell_size!r}")
     x, y = _cell_coords(cell_size)
     radius = np.sqrt(x**2 + y**2)
-    objects = np.stack([
-        np.stack([_shape_mask(s, cell_size, _OBJECT_RADIUS), _shape_mask(s, cell_size, _CARRIED_RADIUS)])
-        for s in SHAPES])
+    objects = np.stack([[_shape_mask(s, cell_size, r) for r in (_OBJECT_RADIUS, _CARRIED_RADIUS)]
+                        for s in SHAPES])
     stroke = max(1, cell_size // 10)
     rows, cols = np.indices((cell_size, cell_size))
-    edge = np.minimum(np.minimum(rows, cols), np.minimum(cell_size - 1 - rows, cell_size - 1 - cols))
+    edge = np.minimum.reduce([rows, cols, cell_size - 1 - rows, cell_size - 1 - cols])
     grid = (rows == 0) | (cols == 0)
-    return {
+    masks = {
         "objects": objects,
         "human": (radius <= _RING_RADIUS) & (radius >= _RING_RADIUS - (stroke + 1) / cell_size),
         "helper": (edge >= 1) & (edge < 1 + stroke),
         "dot": radius <= max(0.09, 0.75 / cell_size),
         "grid": grid,
     }
+    for mask in masks.values():
+        mask.flags.writeable = False  # shared through the cache
+    return masks
 
 
 stencils(16)  # the default size, built at import
@@ -204,7 +206,8 @@ def _render(state, cell_size: int, trace) -> jnp.ndarray:
     rows, cols = np.indices((height * cell_size, width * cell_size))
     pixel_x, pixel_y = cols // cell_size, height - 1 - rows // cell_size
     local = object_masks[:, rows % cell_size, cols % cell_size]  # [K, Hpx, Wpx]
-    on_cell = (pixel_x[None] == obj_pos[:, 0, None, None]) & (pixel_y[None] == obj_pos[:, 1, None, None])
+    on_cell = ((pixel_x[None] == obj_pos[:, 0, None, None])
+               & (pixel_y[None] == obj_pos[:, 1, None, None]))
     drawn = local & on_cell
     for layer in (drawn & ~carried[:, None, None], drawn & carried[:, None, None]):
         colour = palette[jnp.asarray(state.obj_color)[jnp.argmax(layer, axis=0)]]
@@ -220,7 +223,8 @@ def _render(state, cell_size: int, trace) -> jnp.ndarray:
 def _as_image(image, name: str = "image") -> np.ndarray:
     array = np.asarray(image)
     if array.dtype != np.uint8 or array.ndim != 3 or array.shape[-1] != 3:
-        raise ValueError(f"{name} must be uint8 [height, width, 3], got {array.dtype} {array.shape}")
+        raise ValueError(f"{name} must be uint8 [height, width, 3], got {array.dtype} "
+                         f"{array.shape}")
     return array
 
 

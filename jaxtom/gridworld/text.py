@@ -101,9 +101,10 @@ def _host(state):
     if walls.ndim != 2:
         raise ValueError(f"text describes one state: walls must be [H, W], got shape {walls.shape}")
     return {
-        "walls": walls, "obj_pos": np.asarray(state.obj_pos), "obj_color": np.asarray(state.obj_color),
-        "obj_shape": np.asarray(state.obj_shape), "human_pos": np.asarray(state.human_pos),
-        "helper_pos": np.asarray(state.helper_pos), "human_holding": int(state.human_holding),
+        "walls": walls, "obj_pos": np.asarray(state.obj_pos),
+        "obj_color": np.asarray(state.obj_color), "obj_shape": np.asarray(state.obj_shape),
+        "human_pos": np.asarray(state.human_pos),
+        "helper_pos": np.asarray(state.helper_pos),
         "time": int(state.time),
     }
 
@@ -138,7 +139,8 @@ def ascii_map(state) -> str:
     grid = np.where(s["walls"], ASCII_WALL, ASCII_FREE).astype(object)
     for object_id, (x, y) in enumerate(s["obj_pos"].tolist()):
         grid[y, x] = str(object_id)
-    for char, (x, y) in ((ASCII_HELPER, s["helper_pos"].tolist()), (ASCII_HUMAN, s["human_pos"].tolist())):
+    for char, key in ((ASCII_HELPER, "helper_pos"), (ASCII_HUMAN, "human_pos")):
+        x, y = s[key].tolist()
         grid[y, x] = char
     return "\n".join(" ".join(grid[y]) for y in range(height - 1, -1, -1))
 
@@ -179,7 +181,8 @@ def state_details(state, trajectory=None) -> str:
     actions, positions = _history(state, trajectory)
     obstacles = "[" + ", ".join(_xy((x, y)) for y, x in zip(*np.nonzero(s["walls"]))) + "]"
     objects = _dict_text(zip(object_labels(state), (_xy(p) for p in s["obj_pos"])))
-    deltas = _dict_text((name, _xy(ACTION_DELTAS[ACTION_NAMES.index(name)])) for name in _DELTA_ORDER)
+    deltas = _dict_text((name, _xy(ACTION_DELTAS[ACTION_NAMES.index(name)]))
+                        for name in _DELTA_ORDER)
     moves = "; ".join(f"t={i + 1}: {ACTION_NAMES[a]} {_xy(ACTION_DELTAS[a])}"
                       for i, a in enumerate(actions))
     visited = "; ".join(f"t={i + 1}: {p}" for i, p in enumerate(positions))
@@ -258,7 +261,8 @@ def assistance_prompt(state, trajectory, num_particles: int, *, modality: str = 
     text = _check_modality(modality) == "text"
     if int(num_particles) < 1:
         raise ValueError(f"num_particles must be >= 1, got {num_particles}")
-    request = PARTICLE_REQUEST.format(num_particles=int(num_particles), schema=GOAL_PARTICLES_SCHEMA)
+    request = PARTICLE_REQUEST.format(num_particles=int(num_particles),
+                                      schema=GOAL_PARTICLES_SCHEMA)
     details = state_details(state, trajectory) if text else None
     body = context(object_labels(state), request, details)
     return f"{body}\n\n{NEAREST_FIRST_NOTE}\n{ASSISTANCE_INSTRUCTION}"
