@@ -1,0 +1,144 @@
+"""Sampler: greedy parity with transformers generate, log-probs, resume, stops, errors."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+from jaxtom import models, sampling
+from jaxtom.models.tiny import save_tiny_hf
+from jaxtom.tokenizer import Tokenizer
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [200]]
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen")
+    torch_model = save_tiny_hf(path, "qwen3")
+    return models.from_pretrained(path), torch_model
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama")
+    torch_model = save_tiny_hf(path, "llama", num_attention_heads=8, num_key_value_heads=2,
+                               head_dim=8, rope_scaling={
+                                   "rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 16})
+    return models.from_pretrained(path), torch_model
+
+
+@pytest.mark.parametrize("which", ["qwen", "llama"])
+def test_greedy_matches_transformers_generate(request, which):
+    model, torch_model = request.getfixturevalue(which)
+    result = sampling.generate(model, PROMPTS, max_new_tokens=32, temperature=0.0)
+    assert result.tokens.shape == (3, 32) and list(result.lengths) == [32, 32, 32]
+    for prompt, ours in zip(PROMPTS, result.sequences()):
+        with torch.no_grad():
+            ref = torch_model.generate(torch.tensor([prompt]), max_new_tokens=32,
+                                       do_sample=False)[0, len(prompt):].tolist()
+        assert ours == ref
+
+
+def test_logprobs_are_model_logprobs(qwen):
+    model, _ = qwen
+    result = sampling.generate(model, PROMPTS[:1], max_new_tokens=12, temperature=1.0,
+                               key=jax.random.key(0))
+    seq = PROMPTS[0] + result.sequences()[0]
+    logp = jax.nn.log_softmax(model(np.asarray([seq])), -1)[0, len(PROMPTS[0]) - 1:-1]
+    expected = np.take_along_axis(np.asarray(logp), np.asarray(result.sequences()[0])[:, None],
+                                  1)[:, 0]
+    np.testing.assert_allclose(result.logprobs[0], expected, atol=2e-5)
+
+
+def test_same_key_same_samples_and_filters(qwen):
+    model, _ = qwen
+    kw = dict(max_new_tokens=16, temperature=1.0, key=jax.random.key(7))
+    a, b = sampling.generate(model, PROMPTS, **kw), sampling.generate(model, PROMPTS, **kw)
+    assert np.array_equal(a.tokens, b.tokens)
+    c = sampling.generate(model, PROMPTS, **{**kw, "key": jax.random.key(8)})
+    assert not np.array_equal(a.tokens, c.tokens)
+    greedy = sampling.generate(model, PROMPTS, max_new_tokens=16, temperature=0.0)
+    for filt in (dict(top_k=1), dict(top_p=1e-6)):
+        assert np.array_equal(sampling.generate(model, PROMPTS, **kw, **filt).tokens,
+                              greedy.tokens)
+    top3 = sampling.generate(model, PROMPTS, **{**kw, "temperature": 5.0}, top_k=3)
+    first_logits = np.asarray(model(np.asarray([PROMPTS[0]])))[0, -1]
+    assert top3.tokens[0, 0] in set(np.argsort(first_logits)[-3:])
+
+
+def test_resume_equals_generating_from_the_full_prefix(qwen):
+    model, _ = qwen
+    first = sampling.generate(model, PROMPTS, max_new_tokens=5, temperature=0.0)
+    extra = [[1, 2], [3], [4, 5, 6]]
+    resumed = sampling.generate(model, extra, max_new_tokens=40, temperature=0.0,
+                                resume=first.state)
+    for prompt, gen, more, ours in zip(PROMPTS, first.sequences(), extra, resumed.sequences()):
+        full = sampling.generate(model, [prompt + gen + more], max_new_tokens=40,
+                                 temperature=0.0).sequences()[0]
+        assert ours == full
+
+
+def test_stop_ids_end_rows_and_pad(qwen):
+    model, _ = qwen
+    greedy = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0)
+    stop_tok = int(greedy.tokens[0, 4])
+    first_hit = [int(np.argmax(row == stop_tok)) + 1 if stop_tok in row else 20
+                 for row in greedy.tokens]
+    result = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0,
+                               stop=[stop_tok], pad_id=0)
+    assert list(result.lengths) == first_hit
+    assert result.finished[0] and result.lengths[0] <= 5
+    for row, n in zip(result.tokens, result.lengths):
+        assert np.all(row[n:] == 0)
+
+
+def test_stop_strings_cut_at_first_occurrence(tmp_path):
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tokenizers
+    from tokenizers import trainers
+
+    corpus = [f"the {a} helper {b} the goal" for a in ("red", "big", "odd") for b in
+              ("finds", "asks", "drafts")] * 30
+    bpe = HFTokenizer(tm.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = Tokenizer(bpe)
+    save_tiny_hf(tmp_path, "qwen3", vocab_size=tok.vocab_size, initializer_range=0.05)
+    model = models.from_pretrained(tmp_path)
+    stops = ["e t", "ZZ", "he"]
+    result = sampling.generate(model, ["the red", "odd"] * 4, max_new_tokens=40,
+                               temperature=1.0, key=jax.random.key(0), stop=stops,
+                               tokenizer=tok)
+    assert result.finished.any()
+    for row, n, done, text in zip(result.tokens, result.lengths, result.finished,
+                                  result.texts):
+        full = tok.decode(row[:n].tolist())
+        before = tok.decode(row[:n - 1].tolist())
+        hit = any(s in full for s in stops)
+        assert bool(done) == hit
+        if done:  # stopped on the first token that completed a stop string
+            assert not any(s in before for s in stops)
+            assert any(text.endswith(s) for s in stops) and full.startswith(text)
+        else:
+            assert n == 40
+
+
+def test_bad_requests(qwen):
+    model, _ = qwen
+    with pytest.raises(ValueError, match="exceeds the cache length 512"):
+        sampling.generate(model, [[1] * 500], max_new_tokens=20, temperature=0.0)
+    with pytest.raises(ValueError, match="exceeds the cache length 64"):
+        sampling.generate(model, [[1] * 50], max_new_tokens=20, temperature=0.0,
+                          max_cache_len=64)
+    with pytest.raises(ValueError, match="at least one token"):
+        sampling.generate(model, [[]], max_new_tokens=2, temperature=0.0)
+    with pytest.raises(ValueError, match="explicit PRNG key"):
+        sampling.generate(model, [[1]], max_new_tokens=2, temperature=1.0)
+    with pytest.raises(ValueError, match="need tokenizer="):
+        sampling.generate(model, [[1]], max_new_tokens=2, temperature=0.0, stop=["x"])
+    with pytest.raises(ValueError, match=r"lie in \[0, 256\)"):
+        sampling.generate(model, [[256]], max_new_tokens=2, temperature=0.0)
