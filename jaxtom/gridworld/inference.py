@@ -73,18 +73,37 @@ def goal_log_likelihoods(trajectory: Trajectory, params: EnvParams) -> jnp.ndarr
     return fn(trajectory)
 
 
+def start_order_prior(state: EnvState, params: EnvParams) -> jnp.ndarray:
+    """[G] prior implied by the human's nearest-first rule: uniform over unordered pairs, each
+    ordered with the object nearer (path distance, ties to the lower id) to the human's start
+    first -- the same ordering the assistance prompt asks models to follow. Works batched."""
+    goals = jnp.asarray(goal_pairs(params.num_objects))
+
+    def one(layout, human_start, obj_pos):
+        start = cell_of(human_start, params.width)
+        d = layout.dist[start, cell_of(obj_pos, params.width)].astype(jnp.int32)
+        d1, d2 = d[goals[:, 0]], d[goals[:, 1]]
+        consistent = (d1 < d2) | ((d1 == d2) & (goals[:, 0] < goals[:, 1]))
+        return consistent / consistent.sum()
+
+    fn = one
+    for _ in range(state.human_start.ndim - 1):
+        fn = jax.vmap(fn)
+    return fn(state.layout, state.human_start, state.obj_pos)
+
+
 def posterior_from_log_likelihoods(step_log_liks: jnp.ndarray, prior=None) -> jnp.ndarray:
     """`P(goal | a_1:t)` for every t from per-step log-likelihoods `[..., T, G]`."""
     cumulative = jnp.cumsum(step_log_liks, axis=-2)
-    num_goals = step_log_liks.shape[-1]
-    log_prior = (jnp.full((num_goals,), -jnp.log(num_goals)) if prior is None
-                 else jnp.log(jnp.asarray(prior)))
+    if prior is None:
+        return jax.nn.softmax(cumulative, axis=-1)
+    log_prior = jnp.log(jnp.asarray(prior))[..., None, :]  # broadcast over time
     return jax.nn.softmax(cumulative + log_prior, axis=-1)
 
 
 def goal_posterior(trajectory: Trajectory, params: EnvParams, prior=None) -> jnp.ndarray:
     """`[..., T, G]` exact posterior over ordered goals after each step (uniform prior unless
-    given; `prior` is a probability vector over the G goals)."""
+    given; `prior` is `[G]` or `[..., G]` per episode, e.g. `start_order_prior`)."""
     if prior is not None:
         prior = jnp.asarray(prior)
         if prior.shape[-1] != params.num_goals:
