@@ -1,0 +1,95 @@
+"""Meshes, logical-axis rules, and sharded forward/generation equal to one device.
+
+The 8-device checks run in a subprocess with XLA_FLAGS set before JAX starts, so they do not
+fight with the single-device JAX of the rest of the suite.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from jaxtom import parallel
+
+
+def test_rules_map_logical_axes():
+    assert parallel.logical_to_spec(("layers", "embed", "q_heads")) == P(None, "fsdp", "tensor")
+    assert parallel.logical_to_spec(("batch", "seq")) == P(("data", "fsdp"), None)
+    # a mesh axis is never used twice in one spec
+    assert parallel.logical_to_spec(("embed", "embed")) == P("fsdp", None)
+
+
+def test_mesh_size_errors():
+    import jax
+
+    n = jax.device_count()
+    with pytest.raises(ValueError, match=f"needs {2 * n} devices but {n} are available"):
+        parallel.make_mesh(2 * n, 1, 1)
+    with pytest.raises(ValueError, match="at most one mesh axis may be -1"):
+        parallel.make_mesh(-1, -1, 1)
+    mesh = parallel.make_mesh(1, -1, 1)
+    assert dict(mesh.shape) == {"data": 1, "fsdp": n, "tensor": 1}
+
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, tempfile
+    import jax, numpy as np
+    assert jax.device_count() == 8, jax.devices()
+    from jaxtom import models, parallel, sampling
+    from jaxtom.models.tiny import save_tiny_hf
+
+    path = tempfile.mkdtemp()
+    save_tiny_hf(path, "qwen3", num_attention_heads=8, num_key_value_heads=4, head_dim=8,
+                 initializer_range=0.15)
+    ids = np.random.default_rng(0).integers(0, 256, (8, 12))
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+
+    def run(mesh):
+        model = models.from_pretrained(path, mesh=mesh)
+        logits = np.asarray(model(ids))
+        greedy = sampling.generate(model, prompts, max_new_tokens=10, temperature=0.0)
+        sampled = sampling.generate(model, prompts, max_new_tokens=10, temperature=1.0,
+                                    key=jax.random.key(3))
+        return model, logits, greedy.tokens, sampled.tokens
+
+    _, ref_logits, ref_greedy, ref_sampled = run(None)
+    out = {"max_abs_logit": float(np.abs(ref_logits).max())}
+    for shape in [(8, 1, 1), (2, 4, 1), (1, 2, 4), (2, 2, 2)]:
+        mesh = parallel.make_mesh(*shape)
+        model, logits, greedy, sampled = run(mesh)
+        q_spec = model.layers.q_proj[...].sharding.spec
+        out[str(shape)] = dict(
+            max_diff=float(np.abs(logits - ref_logits).max()),
+            greedy_equal=bool(np.array_equal(greedy, ref_greedy)),
+            sampled_equal=bool(np.array_equal(sampled, ref_sampled)),
+            q_spec=str(q_spec),
+            q_shards=len({d.id for d in model.layers.q_proj[...].sharding.device_set}))
+    try:
+        models.from_pretrained(path, mesh=parallel.make_mesh(1, 1, 8))
+        out["bad_mesh_error"] = None
+    except ValueError as err:
+        out["bad_mesh_error"] = str(err)
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_sharded_forward_and_generation_equal_single_device():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    for shape in ["(8, 1, 1)", "(2, 4, 1)", "(1, 2, 4)", "(2, 2, 2)"]:
+        r = out[shape]
+        assert r["max_diff"] < 1e-5, (shape, r)
+        assert r["greedy_equal"] and r["sampled_equal"], (shape, r)
+    assert "tensor" in out["(1, 2, 4)"]["q_spec"] and "fsdp" in out["(1, 2, 4)"]["q_spec"]
+    assert out["(2, 2, 2)"]["q_shards"] == 8
+    assert out["max_abs_logit"] > 0.5  # logits large enough for the tolerance to mean something
+    assert "does not divide num_key_value_heads (4)" in out["bad_mesh_error"]
