@@ -14,6 +14,7 @@ import sys
 # (subcommand, module providing `add_parser`)
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("gridworld", "jaxtom.gridworld.cli"),
+    ("generate", "jaxtom.models.cli"),
 )
 
 
