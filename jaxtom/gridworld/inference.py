@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxtom.gridworld.planner import SceneView, cell_of, human_log_policy
+from jaxtom.gridworld.planner import SceneView, cell_of, human_action_log_prob
 from jaxtom.gridworld.types import EnvParams, EnvState, Layout, goal_pairs
 
 
@@ -52,9 +52,9 @@ def _step_log_likelihoods(layout, human_pos, human_holding, last_action, helper_
     """[G] floored log P(action | goal, state) for every ordered goal at one time step."""
     goals = jnp.asarray(goal_pairs(params.num_objects))
     view = SceneView(layout, obj_pos, human_holding, helper_holding, params.width)
-    logp = human_log_policy(view, cell_of(human_pos, params.width), human_holding, last_action,
-                            goals[:, 0], goals[:, 1], params)
-    return jnp.maximum(logp[:, action], jnp.log(params.likelihood_floor))
+    logp = human_action_log_prob(view, cell_of(human_pos, params.width), human_holding,
+                                 last_action, action, goals[:, 0], goals[:, 1], params)
+    return jnp.maximum(logp, jnp.log(params.likelihood_floor))
 
 
 def goal_log_likelihoods(trajectory: Trajectory, params: EnvParams) -> jnp.ndarray:

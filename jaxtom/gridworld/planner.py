@@ -19,6 +19,8 @@ With probability `random_prob` it instead takes one of the four moves uniformly.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,20 +41,15 @@ def logit_scale(params: EnvParams, tau: float) -> float:
     return params.step_cost * params.gamma / ((1.0 - params.gamma) * tau)
 
 
-_TABLE_SIZE = 1024  # gamma**1023 is far below the float32 resolution of any logit here
-
-
 def relative_discount(steps: jnp.ndarray, params: EnvParams, axis: int = -1) -> jnp.ndarray:
     """gamma^steps minus its maximum along the action `axis`, i.e. gamma^m (gamma^(n-m) - 1)
-    with m the fewest steps. Only this part of disc(n) differs between actions; writing it as a
-    product of float64-built tables keeps float32 logits exact to ~1e-6 even at the 1/tau = 100
-    scale, where a plain float32 `gamma**n` is off by ~1e-5."""
-    gamma = np.float64(params.gamma)
-    powers = jnp.asarray(np.power(gamma, np.arange(_TABLE_SIZE)).astype(np.float32))
-    minus_one = jnp.asarray(np.expm1(np.arange(_TABLE_SIZE) * np.log(gamma)).astype(np.float32))
-    steps = jnp.clip(steps, 0, _TABLE_SIZE - 1)
+    with m the fewest steps. Only this part of disc(n) differs between actions; written this
+    way (with log(gamma) rounded once from float64) float32 logits stay exact to ~1e-6 even at
+    the 1/tau = 100 scale, where a plain float32 `gamma**n` is off by ~1e-5."""
+    log_gamma = np.float32(np.log(np.float64(params.gamma)))
+    steps = steps.astype(jnp.float32)
     fewest = jnp.min(steps, axis=axis, keepdims=True)
-    return powers[fewest] * minus_one[steps - fewest]
+    return jnp.exp(fewest * log_gamma) * jnp.expm1((steps - fewest) * log_gamma)
 
 
 class SceneView:
@@ -87,6 +84,61 @@ class SceneView:
         return jnp.abs(cell % w - target % w) + jnp.abs(cell // w - target // w)
 
 
+class HumanPolicyParts(NamedTuple):
+    """The pieces of the human's policy under each hypothesis, before assembly."""
+
+    move_logp: jnp.ndarray  # [..., 4] Boltzmann log-probabilities of up/down/left/right
+    forced_pick: jnp.ndarray  # [...] bool
+    forced_put: jnp.ndarray
+    pause: jnp.ndarray
+    impossible: jnp.ndarray
+
+
+def human_policy_parts(view: SceneView, human_cell, holding, last_action, object1, object2,
+                       params: EnvParams) -> HumanPolicyParts:
+    """Evaluate the human's planner for goals (object1, object2), arrays of any shape."""
+    object1, object2 = jnp.asarray(object1), jnp.asarray(object2)
+    move_cells = view.layout.next_cell[human_cell, 1:]  # [4]
+    shape = jnp.broadcast_shapes(object1.shape, object2.shape)
+    o1 = jnp.broadcast_to(object1, shape)
+    o2 = jnp.broadcast_to(object2, shape)
+    num_objects = view.obj_cell.shape[0]
+    if o1.size > num_objects:
+        # Many hypotheses (e.g. all 56 goals): look distances up once per object, then index.
+        objects = jnp.arange(num_objects)[:, None]
+        to_object = view.distance(move_cells[None, :], view.obj_cell[objects])  # [K, 4]
+        gap = jnp.maximum(view.distance(view.obj_cell[:, None], view.obj_cell[None, :]) - 1, 0)
+        to_adjacent = view.distance_to_adjacent(move_cells[None, :], objects)  # [K, 4]
+        seek_steps = to_object[o1] + gap[o1, o2][..., None]
+        carry_steps = to_adjacent[o2]
+    else:
+        # Empty-handed: head for object1.
+        seek_steps = view.distance(move_cells, view.obj_cell[o1][..., None]) + jnp.maximum(
+            view.distance(view.obj_cell[o1], view.obj_cell[o2]) - 1, 0)[..., None]
+        # Carrying object1: head for a free cell next to object2.
+        carry_steps = view.distance_to_adjacent(move_cells, o2[..., None])
+
+    carrying = holding == o1
+    steps = jnp.where(carrying[..., None], carry_steps, seek_steps)
+    move_logits = logit_scale(params, params.human_tau) * relative_discount(steps, params)
+    forced_put = carrying & ~view.occupied[human_cell] & (
+        view.manhattan_to_object(human_cell, o2) == 1)
+    return HumanPolicyParts(
+        move_logp=jax.nn.log_softmax(move_logits, axis=-1),
+        forced_pick=(holding < 0) & view.on_ground[o1] & (view.obj_cell[o1] == human_cell),
+        forced_put=forced_put,
+        pause=carrying & jnp.isin(last_action, _MOVE_IDS) & ~forced_put,  # putting comes first
+        impossible=(holding >= 0) & ~carrying)
+
+
+def _mix_random(logp, is_move, params: EnvParams):
+    """With probability random_prob the human takes one of the four moves uniformly."""
+    if params.random_prob == 0.0:
+        return logp
+    uniform = jnp.where(is_move, jnp.log(params.random_prob / 4.0), NEG_INF)
+    return jnp.logaddexp(jnp.log1p(-params.random_prob) + logp, uniform)
+
+
 def human_log_policy(view: SceneView, human_cell, holding, last_action, object1, object2,
                      params: EnvParams) -> jnp.ndarray:
     """log pi(a | state, goal) over the 7 actions, -inf for impossible actions.
@@ -94,45 +146,34 @@ def human_log_policy(view: SceneView, human_cell, holding, last_action, object1,
     `object1`/`object2` may be arrays of any shape (one entry per hypothesis); the result has
     that shape plus a trailing action axis. Includes the `random_prob` mixture.
     """
-    object1, object2 = jnp.asarray(object1), jnp.asarray(object2)
-    move_cells = view.layout.next_cell[human_cell, 1:]  # [4]
-    shape = jnp.broadcast_shapes(object1.shape, object2.shape)
-    o1 = jnp.broadcast_to(object1, shape)[..., None]
-    o2 = jnp.broadcast_to(object2, shape)[..., None]
-
-    # Empty-handed: head for object1.
-    to_o1 = view.distance(move_cells, view.obj_cell[o1])
-    o1_to_o2 = jnp.maximum(view.distance(view.obj_cell[o1], view.obj_cell[o2]) - 1, 0)
-    seek_steps = to_o1 + o1_to_o2
-    # Carrying object1: head for a free cell next to object2.
-    carry_steps = view.distance_to_adjacent(move_cells, o2)
-
-    carrying = holding == o1[..., 0]
-    steps = jnp.where(carrying[..., None], carry_steps, seek_steps)
-    move_logits = logit_scale(params, params.human_tau) * relative_discount(steps, params)
-    move_logp = jax.nn.log_softmax(move_logits, axis=-1)
-    logp_moves = jnp.full(shape + (NUM_ACTIONS,), NEG_INF).at[..., _MOVE_IDS].set(move_logp)
+    parts = human_policy_parts(view, human_cell, holding, last_action, object1, object2, params)
+    shape = parts.pause.shape
+    logp = jnp.full(shape + (NUM_ACTIONS,), NEG_INF).at[..., _MOVE_IDS].set(parts.move_logp)
 
     def only(action):
         return jnp.where(jnp.arange(NUM_ACTIONS) == action, 0.0, NEG_INF)
 
-    forced_pick = (holding < 0) & view.on_ground[o1[..., 0]] & (view.obj_cell[o1[..., 0]] == human_cell)
-    forced_put = carrying & ~view.occupied[human_cell] & (
-        view.manhattan_to_object(human_cell, o2[..., 0]) == 1)
-    pause = carrying & jnp.isin(last_action, _MOVE_IDS)
-    impossible = (holding >= 0) & ~carrying
+    logp = jnp.where(parts.pause[..., None], only(STAY), logp)  # the three are exclusive
+    logp = jnp.where(parts.forced_put[..., None], only(PUT), logp)
+    logp = jnp.where(parts.forced_pick[..., None], only(PICK), logp)
+    logp = jnp.where(parts.impossible[..., None], NEG_INF, logp)
+    return _mix_random(logp, jnp.isin(jnp.arange(NUM_ACTIONS), _MOVE_IDS), params)
 
-    logp = logp_moves
-    logp = jnp.where(pause[..., None], only(STAY), logp)
-    logp = jnp.where(forced_put[..., None], only(PUT), logp)
-    logp = jnp.where(forced_pick[..., None], only(PICK), logp)
-    logp = jnp.where(impossible[..., None], NEG_INF, logp)
 
-    if params.random_prob > 0.0:
-        uniform_move = jnp.where(jnp.isin(jnp.arange(NUM_ACTIONS), _MOVE_IDS),
-                                 jnp.log(params.random_prob / 4.0), NEG_INF)
-        logp = jnp.logaddexp(jnp.log1p(-params.random_prob) + logp, uniform_move)
-    return logp
+def human_action_log_prob(view: SceneView, human_cell, holding, last_action, action, object1,
+                          object2, params: EnvParams) -> jnp.ndarray:
+    """log pi(action | state, goal) of one observed action under each hypothesis: the same
+    policy as `human_log_policy`, without materialising the other six actions."""
+    parts = human_policy_parts(view, human_cell, holding, last_action, object1, object2, params)
+    is_move = jnp.isin(action, _MOVE_IDS)
+    moved = parts.move_logp[..., jnp.clip(action - 1, 0, 3)]
+    forced = parts.forced_pick | parts.forced_put | parts.pause
+    forced_match = (parts.forced_pick & (action == PICK)) | (parts.forced_put & (action == PUT)) | (
+        parts.pause & (action == STAY))
+    logp = jnp.where(forced, jnp.where(forced_match, 0.0, NEG_INF),
+                     jnp.where(is_move, moved, NEG_INF))
+    logp = jnp.where(parts.impossible, NEG_INF, logp)
+    return _mix_random(logp, is_move, params)
 
 
 def helper_remaining_steps(view: SceneView, cells, holding, human_holding, object1, object2):

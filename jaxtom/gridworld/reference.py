@@ -244,8 +244,9 @@ def step_log_likelihoods(states, actions, params: EnvParams) -> np.ndarray:
     goals = goal_pairs(params.num_objects)
     out = np.zeros((len(states), len(goals)))
     floor = math.log(params.likelihood_floor)
+    fields: dict = {}  # one BFS cache per wall layout
     for t, (state, action) in enumerate(zip(states, actions)):
-        dist = Distances(state.walls)
+        dist = fields.setdefault(state.walls.tobytes(), Distances(state.walls))
         for g, goal in enumerate(goals):
             p = human_policy(state, tuple(goal), params, dist)[action]
             out[t, g] = max(math.log(p), floor) if p > 0 else floor
@@ -254,3 +255,29 @@ def step_log_likelihoods(states, actions, params: EnvParams) -> np.ndarray:
 
 def sample_action(rng: np.random.Generator, probs) -> int:
     return int(rng.choice(NUM_ACTIONS, p=probs / probs.sum()))
+
+
+def sample_helper_action(rng: np.random.Generator, state: RefState, goals, probs,
+                         params: EnvParams, dist=None) -> int:
+    """Helper action with the deadlock breaker: a random move after too many stays."""
+    action = sample_action(rng, helper_policy(state, goals, probs, params, dist))
+    if action == STAY and state.helper_stays >= params.deadlock_stays:
+        action = int(rng.choice(MOVES))
+    return action
+
+
+def run_episode(rng: np.random.Generator, state: RefState, params: EnvParams,
+                helper: str = "oracle") -> list[RefState]:
+    """Play one episode to the end with the oracle (true goal) or a stationary helper; returns
+    the visited states. One BFS cache serves the whole episode, as walls never change."""
+    dist = Distances(state.walls)
+    states = [state]
+    while not state.done:
+        human = sample_action(rng, human_policy(state, state.goal, params, dist))
+        if helper == "oracle":
+            helper_action = sample_helper_action(rng, state, [state.goal], np.ones(1), params, dist)
+        else:
+            helper_action = STAY
+        state = step(state, human, helper_action, params)
+        states.append(state)
+    return states

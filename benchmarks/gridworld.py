@@ -1,0 +1,116 @@
+"""Gridworld throughput: jaxtom (jit + vmap + scan) vs the NumPy reference one episode at a time.
+
+(a) simulated env steps per second, human + oracle helper, batch 4096;
+(b) goal-likelihood evaluations (timestep x goal) per second.
+Both sides run on the same episodes in this process; only steps before each episode ends
+count. Episode construction (walls, all-pairs BFS) is timed separately for both sides.
+The last line is one JSON object with the figures.
+
+    python benchmarks/gridworld.py [--batch 4096] [--reference-seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import jax
+import numpy as np
+
+from jaxtom.gridworld import reference
+from jaxtom.gridworld.inference import goal_log_likelihoods
+from jaxtom.gridworld.rollout import reset_batch, rollout_batch
+from jaxtom.gridworld.types import EnvParams
+
+
+def timed(fn, *args, repeats=3):
+    """Best wall time of `repeats` calls after one warm-up (compilation) call."""
+    jax.block_until_ready(fn(*args))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--reference-seconds", type=float, default=20.0,
+                        help="time budget for each reference measurement")
+    args = parser.parse_args()
+    params = EnvParams()
+    key = jax.random.key(0)
+    goals = 56
+
+    # --- jaxtom -------------------------------------------------------------------------
+    reset_s, states = timed(lambda k: reset_batch(k, params, args.batch), key, repeats=1)
+    keys = jax.random.split(jax.random.key(1), args.batch)
+    roll = lambda k, s: rollout_batch(k, s, params, "oracle")  # noqa: E731
+    roll_s, (final, traj, _, _) = timed(roll, keys, states)
+    steps = int(np.asarray(traj.valid).sum())
+    env_steps_per_s = steps / roll_s
+    lik = jax.jit(lambda t: goal_log_likelihoods(t, params))
+    lik_s, _ = timed(lik, traj)
+    lik_per_s = steps * goals / lik_s
+
+    # --- NumPy reference, one episode at a time, on the same episodes -------------------
+    rng = np.random.default_rng(0)
+    ref_steps = ref_time = ref_build = 0.0
+    ref_lik_evals = ref_lik_time = 0.0
+    episode = 0
+    host_states = jax.tree.map(np.asarray, states)
+    host_traj = jax.tree.map(np.asarray, traj)
+    while ref_time < args.reference_seconds and episode < args.batch:
+        one = jax.tree.map(lambda x: x[episode], host_states)
+        start = time.perf_counter()
+        state = reference.from_env_state(one)
+        reference.Distances(state.walls)  # construction: BFS fields are built lazily below
+        ref_build += time.perf_counter() - start
+        start = time.perf_counter()
+        visited = reference.run_episode(rng, state, params, "oracle")
+        ref_time += time.perf_counter() - start
+        ref_steps += len(visited) - 1
+        episode += 1
+    ref_env_steps_per_s = ref_steps / ref_time
+    episode = 0
+    while ref_lik_time < args.reference_seconds and episode < args.batch:
+        length = int(host_traj.valid[episode].sum())
+        walls = host_traj.layout.walls[episode]
+        ref_states = [reference.RefState(
+            walls=walls, obj_pos=[tuple(p) for p in host_traj.obj_pos[episode, t].tolist()],
+            human_pos=tuple(host_traj.human_pos[episode, t].tolist()), helper_pos=(0, 0),
+            human_holding=int(host_traj.human_holding[episode, t]),
+            helper_holding=int(host_traj.helper_holding[episode, t]),
+            human_last_action=int(host_traj.human_last_action[episode, t]), helper_stays=0,
+            goal=(0, 1)) for t in range(length)]
+        start = time.perf_counter()
+        reference.step_log_likelihoods(ref_states, host_traj.action[episode, :length], params)
+        ref_lik_time += time.perf_counter() - start
+        ref_lik_evals += length * goals
+        episode += 1
+    ref_lik_per_s = ref_lik_evals / ref_lik_time
+
+    env_speedup = env_steps_per_s / ref_env_steps_per_s
+    likelihood_speedup = lik_per_s / ref_lik_per_s
+    print(f"machine: {platform.processor() or platform.machine()}, {jax.device_count()} "
+          f"{jax.default_backend()} device(s), batch {args.batch}, max_steps {params.max_steps}")
+    print(f"(a) env steps/s   jaxtom {env_steps_per_s:12,.0f}   reference {ref_env_steps_per_s:10,.0f}"
+          f"   ratio {env_speedup:8.1f}x   ({steps:,} steps in {roll_s:.3f}s)")
+    print(f"(b) likelihoods/s jaxtom {lik_per_s:12,.0f}   reference {ref_lik_per_s:10,.0f}"
+          f"   ratio {likelihood_speedup:8.1f}x")
+    print(f"    episode construction: jaxtom {args.batch / reset_s:,.0f}/s (all-pairs BFS in "
+          f"JAX), reference BFS cache setup is lazy ({ref_build:.4f}s total)")
+    print(json.dumps({
+        "env_steps_per_s": round(env_steps_per_s), "reference_env_steps_per_s": round(ref_env_steps_per_s),
+        "env_speedup": round(env_speedup, 1), "likelihoods_per_s": round(lik_per_s),
+        "reference_likelihoods_per_s": round(ref_lik_per_s),
+        "likelihood_speedup": round(likelihood_speedup, 1), "resets_per_s": round(args.batch / reset_s),
+        "batch": args.batch}))
+
+
+if __name__ == "__main__":
+    main()
