@@ -44,10 +44,16 @@ class GenerationResult(NamedTuple):
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
 
 
-def choose_tokens(logits, key, temperature, top_k, top_p, use_filter: bool):
-    """Samples (or argmaxes when temperature <= 0) one token per row; returns token, logprob."""
+def choose_tokens(logits, key, temperature, top_k, top_p, use_filter: bool, greedy: bool = False):
+    """Samples (or argmaxes when temperature <= 0) one token per row; returns token, logprob.
+
+    `greedy` is static: it skips drawing Gumbel noise, which costs more than the argmax.
+    """
     logits = logits.astype(jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)
+    if greedy:
+        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
     scaled = logits / jnp.maximum(temperature, 1e-6)
     if use_filter:
         desc = -jnp.sort(-scaled, axis=-1)
@@ -64,7 +70,7 @@ def choose_tokens(logits, key, temperature, top_k, top_p, use_filter: bool):
     return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
-def _generate_core(graphdef, max_new, use_filter, pad_id, state, cache, tokens, chunk_lens,
+def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, tokens, chunk_lens,
                    starts, active, key, temperature, top_k, top_p, stop_ids, tables):
     model = nnx.merge(graphdef, state)
     B = tokens.shape[0]
@@ -81,7 +87,7 @@ def _generate_core(graphdef, max_new, use_filter, pad_id, state, cache, tokens, 
     logits, cache = model.forward_cached(tokens, cache, starts)
     last = jnp.take_along_axis(logits, (chunk_lens - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
-    tok, lp = choose_tokens(last, sub, temperature, top_k, top_p, use_filter)
+    tok, lp = choose_tokens(last, sub, temperature, top_k, top_p, use_filter, greedy)
     out_tok = jnp.full((B, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
     out_lp = jnp.zeros((B, max_new), jnp.float32).at[:, 0].set(lp)
     hit, sstate = stopped(tok, jnp.zeros((B, n_str), jnp.int32))
@@ -97,7 +103,8 @@ def _generate_core(graphdef, max_new, use_filter, pad_id, state, cache, tokens, 
         logits, cache = model.forward_cached(tok[:, None], cache, lengths)
         lengths = lengths + (~done).astype(jnp.int32)
         key, sub = jax.random.split(key)
-        new, lp = choose_tokens(logits[:, 0], sub, temperature, top_k, top_p, use_filter)
+        new, lp = choose_tokens(logits[:, 0], sub, temperature, top_k, top_p, use_filter,
+                                greedy)
         hit, new_sstate = stopped(new, sstate)
         out_tok = out_tok.at[:, step].set(jnp.where(done, pad_id, new))
         out_lp = out_lp.at[:, step].set(jnp.where(done, 0.0, lp))
@@ -224,8 +231,9 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         (0, 1, cfg.vocab_size), np.int16)
 
     graphdef, state = nnx.split(model)
-    use_filter = top_k > 0 or top_p < 1.0
-    fn = _compiled(graphdef, (max_new_tokens, use_filter, pad_id), mesh, state)
+    greedy = temperature <= 0
+    use_filter = not greedy and (top_k > 0 or top_p < 1.0)
+    fn = _compiled(graphdef, (max_new_tokens, use_filter, greedy, pad_id), mesh, state)
     if mesh is not None:
         cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
     out = fn(state, cache, tokens, lens, starts, active, key, jnp.float32(temperature),

@@ -1,0 +1,61 @@
+"""tunix's vanilla sampler on a Hugging Face Qwen3 directory (peer for benchmarks/sampling.py).
+
+tunix samples from strings, so prompts travel as space-separated token ids through a
+trivial tokenizer; the model weights are read by tunix's own safetensors loader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+class IdTokenizer:
+    """'5 6 7' <-> [5, 6, 7]; lets tunix run on exact token ids."""
+
+    def encode(self, text, **_):
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids, **_):
+        return " ".join(str(int(i)) for i in ids)
+
+    def bos_id(self):
+        return 0
+
+    def eos_id(self):
+        return -1
+
+    def pad_id(self):
+        return 0
+
+
+def tunix_greedy(path, prompts, gen_len):
+    """A zero-argument callable running tunix greedy decoding; returns [batch, gen_len]."""
+    from tunix.generate.sampler import CacheConfig, Sampler
+    from tunix.models.qwen3 import model as qwen3_model
+    from tunix.models.qwen3 import params as qwen3_params
+
+    hf = json.loads((Path(path) / "config.json").read_text())
+    rope = hf.get("rope_parameters") or {}
+    cfg = qwen3_model.ModelConfig(
+        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
+        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
+        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
+        num_kv_heads=hf["num_key_value_heads"],
+        rope_theta=int(rope.get("rope_theta", hf.get("rope_theta", 10000))),
+        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
+    model = qwen3_params.create_model_from_safe_tensors(str(path), cfg)
+    prompt_len = max(map(len, prompts))
+    sampler = Sampler(model, IdTokenizer(), CacheConfig(
+        cache_size=prompt_len + gen_len + 8, num_layers=cfg.num_layers,
+        num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim))
+    texts = [" ".join(map(str, p)) for p in prompts]
+
+    def run():
+        out = sampler(texts, max_generation_steps=gen_len, max_prompt_length=prompt_len,
+                      temperature=0.0, eos_tokens=[-1])
+        return np.stack([np.asarray(t)[:gen_len] for t in out.tokens])
+
+    return run
