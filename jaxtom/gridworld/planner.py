@@ -52,6 +52,30 @@ def relative_discount(steps: jnp.ndarray, params: EnvParams, axis: int = -1) -> 
     return jnp.exp(fewest * log_gamma) * jnp.expm1((steps - fewest) * log_gamma)
 
 
+def move_log_probs(steps: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
+    """The human's Boltzmann log-probabilities over the four moves from their step counts
+    (last axis), equal to `log_softmax(scale * relative_discount(steps))`.
+
+    Shortest-path distance is 1-Lipschitz, so the four neighbours of one cell differ from the
+    fewest steps `m` by 0, 1 or 2 (or are all unreachable alike). Each hypothesis therefore has
+    only three distinct logits, `0 > a1 > a2` with `a_k = scale gamma^m (gamma^k - 1)`, and the
+    normaliser is `log(n0 + n1 e^a1 + n2 e^a2)`: three transcendentals per hypothesis instead
+    of a dozen, which is what the likelihood's hot loop spends its time on."""
+    log_gamma = np.float64(np.log(np.float64(params.gamma)))
+    scale = logit_scale(params, params.human_tau)
+    steps = steps.astype(jnp.float32)
+    fewest = jnp.min(steps, axis=-1, keepdims=True)
+    delta = steps - fewest
+    base = scale * jnp.exp(fewest * np.float32(log_gamma))
+    a1 = base * np.float32(np.expm1(log_gamma))
+    a2 = base * np.float32(np.expm1(2 * log_gamma))
+    logits = jnp.where(delta == 0, 0.0, jnp.where(delta == 1, a1, a2))
+    n1 = jnp.sum(delta == 1, axis=-1, keepdims=True)
+    n2 = jnp.sum(delta >= 2, axis=-1, keepdims=True)
+    n0 = steps.shape[-1] - n1 - n2
+    return logits - jnp.log(n0 + n1 * jnp.exp(a1) + n2 * jnp.exp(a2))
+
+
 class SceneView:
     """Per-state quantities shared by every goal hypothesis: object cells, ground occupancy,
     and the free cells adjacent to every object."""
@@ -63,11 +87,14 @@ class SceneView:
         ids = jnp.arange(num_objects)
         self.obj_cell = cell_of(obj_pos, width)
         self.on_ground = (ids != human_holding) & (ids != helper_holding)
-        cells = layout.next_cell.shape[0]
-        self.occupied = jnp.zeros(cells, bool).at[self.obj_cell].max(self.on_ground)
         neighbours = layout.next_cell[self.obj_cell][:, 1:]  # [K, 4]
         self.adjacent = neighbours
-        self.adjacent_free = (neighbours != self.obj_cell[:, None]) & ~self.occupied[neighbours]
+        self.adjacent_free = (neighbours != self.obj_cell[:, None]) & ~self.occupied(neighbours)
+
+    def occupied(self, cells):
+        """Whether a ground object lies on each of `cells` (a comparison against the K object
+        cells, cheaper under vmap than scattering an occupancy grid)."""
+        return jnp.any((self.obj_cell == cells[..., None]) & self.on_ground, axis=-1)
 
     def distance(self, cells, targets):
         """Path length between broadcastable cell index arrays."""
@@ -94,38 +121,53 @@ class HumanPolicyParts(NamedTuple):
     impossible: jnp.ndarray
 
 
+def off_diagonal(grid: jnp.ndarray) -> jnp.ndarray:
+    """[K, K, ...] (object1 rows, object2 columns) -> [K (K - 1), ...] in `goal_pairs` order,
+    with slices and reshapes only (no gather)."""
+    k = grid.shape[0]
+    rest = grid.shape[2:]
+    flat = grid.reshape((k * k,) + rest)[1:]
+    return flat.reshape((k - 1, k + 1) + rest)[:, :k].reshape((k * (k - 1),) + rest)
+
+
 def human_policy_parts(view: SceneView, human_cell, holding, last_action, object1, object2,
                        params: EnvParams) -> HumanPolicyParts:
-    """Evaluate the human's planner for goals (object1, object2), arrays of any shape."""
-    object1, object2 = jnp.asarray(object1), jnp.asarray(object2)
+    """Evaluate the human's planner for goals (object1, object2), arrays of any shape; with
+    both `None`, for every ordered pair at once as a [K, K] grid (see `off_diagonal`), which
+    looks each distance up once per object instead of once per goal."""
     move_cells = view.layout.next_cell[human_cell, 1:]  # [4]
-    shape = jnp.broadcast_shapes(object1.shape, object2.shape)
-    o1 = jnp.broadcast_to(object1, shape)
-    o2 = jnp.broadcast_to(object2, shape)
     num_objects = view.obj_cell.shape[0]
-    if o1.size > num_objects:
-        # Many hypotheses (e.g. all 56 goals): look distances up once per object, then index.
-        objects = jnp.arange(num_objects)[:, None]
-        to_object = view.distance(move_cells[None, :], view.obj_cell[objects])  # [K, 4]
+    if object1 is None and object2 is None:
+        shape = (num_objects, num_objects)
+        o1 = jnp.arange(num_objects)[:, None]
+        per_o1 = lambda table: table[:, None]  # noqa: E731
+        per_o2 = lambda table: table[None, :]  # noqa: E731
+        to_object = view.distance(move_cells[None, :], view.obj_cell[:, None])  # [K, 4]
         gap = jnp.maximum(view.distance(view.obj_cell[:, None], view.obj_cell[None, :]) - 1, 0)
-        to_adjacent = view.distance_to_adjacent(move_cells[None, :], objects)  # [K, 4]
-        seek_steps = to_object[o1] + gap[o1, o2][..., None]
-        carry_steps = to_adjacent[o2]
+        to_adjacent = view.distance_to_adjacent(move_cells[None, :], jnp.arange(num_objects)[:, None])
+        seek_steps = per_o1(to_object) + gap[..., None]
+        carry_steps = per_o2(to_adjacent)
     else:
+        object1, object2 = jnp.asarray(object1), jnp.asarray(object2)
+        shape = jnp.broadcast_shapes(object1.shape, object2.shape)
+        o1 = jnp.broadcast_to(object1, shape)
+        o2 = jnp.broadcast_to(object2, shape)
+        per_o1 = lambda table: table[o1]  # noqa: E731
+        per_o2 = lambda table: table[o2]  # noqa: E731
         # Empty-handed: head for object1.
         seek_steps = view.distance(move_cells, view.obj_cell[o1][..., None]) + jnp.maximum(
             view.distance(view.obj_cell[o1], view.obj_cell[o2]) - 1, 0)[..., None]
         # Carrying object1: head for a free cell next to object2.
         carry_steps = view.distance_to_adjacent(move_cells, o2[..., None])
 
-    carrying = holding == o1
+    carrying = jnp.broadcast_to(holding == o1, shape)
     steps = jnp.where(carrying[..., None], carry_steps, seek_steps)
-    move_logits = logit_scale(params, params.human_tau) * relative_discount(steps, params)
-    forced_put = carrying & ~view.occupied[human_cell] & (
-        view.manhattan_to_object(human_cell, o2) == 1)
+    next_to_o2 = per_o2(view.manhattan_to_object(human_cell, jnp.arange(num_objects)) == 1)
+    forced_put = carrying & ~view.occupied(human_cell) & next_to_o2
+    on_o1 = per_o1(view.on_ground & (view.obj_cell == human_cell))
     return HumanPolicyParts(
-        move_logp=jax.nn.log_softmax(move_logits, axis=-1),
-        forced_pick=(holding < 0) & view.on_ground[o1] & (view.obj_cell[o1] == human_cell),
+        move_logp=move_log_probs(steps, params),
+        forced_pick=jnp.broadcast_to((holding < 0) & on_o1, shape),
         forced_put=forced_put,
         pause=carrying & jnp.isin(last_action, _MOVE_IDS) & ~forced_put,  # putting comes first
         impossible=(holding >= 0) & ~carrying)
@@ -207,7 +249,7 @@ def helper_logits(view: SceneView, helper_cell, helper_holding, human_cell, huma
     ground_here = view.on_ground & (view.obj_cell == helper_cell)
     can_pick = (helper_holding < 0) & jnp.any(ground_here)
     picked = jnp.argmax(ground_here)  # lowest id on the cell
-    can_put = (helper_holding >= 0) & ~view.occupied[helper_cell]
+    can_put = (helper_holding >= 0) & ~view.occupied(helper_cell)
     human_near = view.distance(human_cell, helper_cell) <= params.yield_distance
     can_pick = can_pick & ~human_near
 

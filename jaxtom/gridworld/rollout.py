@@ -35,13 +35,19 @@ def top_particles(log_posterior, all_goals, count: int):
 
 
 @functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior",
-                                             "bip_particles"))
+                                             "bip_particles", "auto_reset"))
 def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "stay",
-            horizon: int | None = None, track_posterior: bool = False, bip_particles: int = 0):
+            horizon: int | None = None, track_posterior: bool = False, bip_particles: int = 0,
+            auto_reset: bool = False):
     """Run one episode for `horizon` (default `max_steps`) steps with a helper driven by the
-    true goal (`oracle`), the exact posterior (`bip`), a random goal (`random`) or nothing
-    (`stay`). Returns `(final_state, trajectory, helper_actions, true_goal_posterior)`; the
-    posterior of the true goal before each step is tracked for `bip` or when asked."""
+    true goal (`oracle`), the exact posterior (`bip`, the `bip_particles` most probable goals or
+    all of them if 0), a random goal (`random`) or nothing (`stay`). Returns
+    `(final_state, trajectory, helper_actions, true_goal_posterior)`; the posterior of the true
+    goal before each step is tracked for `bip` or when asked.
+
+    With `auto_reset`, a finished episode restarts at once from its initial state (same scene,
+    fresh randomness), so every scan step simulates a live step -- the usual way to measure
+    simulator throughput. The trajectory then strings several episodes together."""
     _check_helper(helper)
     horizon = horizon or params.max_steps
     num_goals = params.num_goals
@@ -74,8 +80,14 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
         record = (state.human_pos, state.human_holding, state.human_last_action,
                   state.helper_holding, state.obj_pos, human_action, ~state.done)
         new_state = env.transition(state, human_action, helper_action, params)
+        if auto_reset:
+            restart = new_state.done
+            new_state = jax.tree.map(lambda first, now: jnp.where(restart, first, now),
+                                     initial, new_state)
+            log_post = jnp.where(restart, 0.0, log_post)
         return (new_state, log_post), (record, helper_action, posterior_true)
 
+    initial = state
     init = (state, jnp.zeros(num_goals))
     (final, _), (record, helper_actions, posterior_true) = jax.lax.scan(
         body, init, jnp.arange(horizon))
@@ -86,16 +98,15 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
     return final, trajectory, helper_actions, posterior_true
 
 
+@functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior",
+                                             "bip_particles", "auto_reset"))
 def rollout_batch(keys: jax.Array, states: EnvState, params: EnvParams, helper: str = "stay",
-                  horizon: int | None = None, track_posterior: bool = False):
+                  horizon: int | None = None, track_posterior: bool = False,
+                  bip_particles: int = 0, auto_reset: bool = False):
     """`rollout` vmapped over a batch of episodes (leading axis of `keys` and `states`)."""
-    return _rollout_batch(keys, states, params, helper, horizon, track_posterior)
-
-
-@functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior"))
-def _rollout_batch(keys, states, params, helper, horizon, track_posterior):
     fn = functools.partial(rollout.__wrapped__, params=params, helper=helper, horizon=horizon,
-                           track_posterior=track_posterior)
+                           track_posterior=track_posterior, bip_particles=bip_particles,
+                           auto_reset=auto_reset)
     return jax.vmap(fn)(keys, states)
 
 
