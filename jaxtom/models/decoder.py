@@ -182,8 +182,12 @@ class Decoder(nnx.Module):
         head = self.embed_tokens[...].T if cfg.tie_word_embeddings else self.lm_head[...]
         return (h @ head.astype(h.dtype)).astype(jnp.float32)
 
-    def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None) -> jax.Array:
-        """Full causal forward without a cache (training, scoring)."""
+    def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
+                 segment_ids: jax.Array | None = None) -> jax.Array:
+        """Full causal forward without a cache (training, scoring).
+
+        `segment_ids` [B, T] keep packed sequences from attending to each other.
+        """
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
         if input_ids.ndim != 2:
@@ -193,6 +197,8 @@ class Decoder(nnx.Module):
             positions = jnp.broadcast_to(jnp.arange(T), (B, T))
         cos, sin = self._rope(positions)
         mask = positions[:, None, :] <= positions[:, :, None]
+        if segment_ids is not None:
+            mask = mask & (segment_ids[:, None, :] == segment_ids[:, :, None])
         lora_scale = dict(self.layers.lora_scale)
 
         def body(h, p):

@@ -1,0 +1,124 @@
+"""The paper-agnostic training batch and the packer that builds it.
+
+`rl` knows tokens, masks and advantages, not which paper produced them: MindZero's ELBO and
+CToM's task reward both arrive as per-sequence advantages; CToM's predicted-reply targets
+travel in the optional `PredictionBatch`. Several sequences may share a row (packing): the
+`segment_ids` keep them from attending to each other and `positions` restart per sequence.
+Per-token arrays are aligned with `tokens` (entry t belongs to token t).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+from flax import struct
+
+
+@struct.dataclass
+class PredictionBatch:
+    """Context + one target reply per row; `target_mask` marks the reply tokens."""
+    tokens: jax.Array  # [P, Tp] int32
+    positions: jax.Array  # [P, Tp] int32
+    segment_ids: jax.Array  # [P, Tp] int32, 0 = padding
+    target_mask: jax.Array  # [P, Tp] float32
+
+
+@struct.dataclass
+class Batch:
+    """One GRPO update's worth of rollouts (rows may hold several packed sequences)."""
+    tokens: jax.Array  # [B, T] int32
+    positions: jax.Array  # [B, T] int32, restart at 0 for every packed sequence
+    segment_ids: jax.Array  # [B, T] int32, 1.. per sequence in the row, 0 = padding
+    policy_mask: jax.Array  # [B, T] float32: tokens the policy sampled
+    advantages: jax.Array  # [B, T] float32: the sequence's advantage on each of its tokens
+    group_ids: jax.Array  # [B, T] int32: the GRPO group of each token's sequence (-1 padding)
+    old_logp: jax.Array | None = None  # [B, T] rollout-policy log-probs; None: on-policy
+    ref_logp: jax.Array | None = None  # [B, T] reference log-probs; None: computed in the step
+    decision_mask: jax.Array | None = None  # [B, T] float32: action-decision tokens
+    prediction: PredictionBatch | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.tokens.shape)
+
+
+def pack_sequences(sequences: Sequence[Sequence[int]], policy_masks: Sequence[Sequence[float]],
+                   advantages: Sequence[float], group_ids: Sequence[int], *, num_rows: int,
+                   row_len: int, pad_id: int = 0,
+                   old_logps: Sequence[Sequence[float]] | None = None,
+                   decision_masks: Sequence[Sequence[float]] | None = None) -> Batch:
+    """First-fit packs sequences into a fixed [num_rows, row_len] NumPy batch.
+
+    Fixed shapes keep the jitted step compiled once; a sequence longer than `row_len` or a set
+    that does not fit is an error naming the sizes, never a silent truncation.
+    """
+    n = len(sequences)
+    for name, seq in (("policy_masks", policy_masks), ("advantages", advantages),
+                      ("group_ids", group_ids)):
+        if len(seq) != n:
+            raise ValueError(f"{name} has {len(seq)} entries, expected one per sequence ({n})")
+    shape = (num_rows, row_len)
+    tokens = np.full(shape, pad_id, np.int32)
+    positions = np.zeros(shape, np.int32)
+    segments = np.zeros(shape, np.int32)
+    mask = np.zeros(shape, np.float32)
+    adv = np.zeros(shape, np.float32)
+    groups = np.full(shape, -1, np.int32)
+    old = np.zeros(shape, np.float32)
+    decision = np.zeros(shape, np.float32)
+    fill = np.zeros(num_rows, np.int64)
+    used_segments = np.zeros(num_rows, np.int32)
+    for i, seq in enumerate(sequences):
+        L = len(seq)
+        if len(policy_masks[i]) != L:
+            raise ValueError(f"policy mask {i} has length {len(policy_masks[i])}, expected {L}")
+        if L > row_len:
+            raise ValueError(f"sequence {i} has {L} tokens, longer than row_len={row_len}")
+        fits = np.nonzero(fill + L <= row_len)[0]
+        if not len(fits):
+            raise ValueError(f"{n} sequences ({sum(map(len, sequences))} tokens) do not fit in "
+                             f"{num_rows} rows of {row_len} tokens; raise num_rows or row_len")
+        r = fits[0]
+        s = slice(fill[r], fill[r] + L)
+        used_segments[r] += 1
+        tokens[r, s] = seq
+        positions[r, s] = np.arange(L)
+        segments[r, s] = used_segments[r]
+        mask[r, s] = policy_masks[i]
+        mask[r, fill[r]] = 0.0  # a sequence's first token has no prediction in this row
+        adv[r, s] = advantages[i]
+        groups[r, s] = group_ids[i]
+        if old_logps is not None:
+            old[r, s] = old_logps[i]
+        if decision_masks is not None:
+            decision[r, s] = decision_masks[i]
+        fill[r] += L
+    return Batch(tokens=tokens, positions=positions, segment_ids=segments, policy_mask=mask,
+                 advantages=adv, group_ids=groups,
+                 old_logp=old if old_logps is not None else None,
+                 decision_mask=decision if decision_masks is not None else None)
+
+
+def prediction_batch(contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *,
+                     num_rows: int, row_len: int, pad_id: int = 0) -> PredictionBatch:
+    """One (context + target reply) per row; rows past len(targets) are empty padding."""
+    if len(contexts) != len(targets) or len(targets) > num_rows:
+        raise ValueError(f"need equal numbers of contexts and targets, at most num_rows="
+                         f"{num_rows}; got {len(contexts)} and {len(targets)}")
+    shape = (num_rows, row_len)
+    tokens = np.full(shape, pad_id, np.int32)
+    positions = np.zeros(shape, np.int32)
+    segments = np.zeros(shape, np.int32)
+    target = np.zeros(shape, np.float32)
+    for i, (ctx, tgt) in enumerate(zip(contexts, targets)):
+        L = len(ctx) + len(tgt)
+        if not len(ctx) or L > row_len:
+            raise ValueError(f"prediction row {i}: context must be non-empty and context + "
+                             f"target ({L} tokens) at most row_len={row_len}")
+        tokens[i, :L] = list(ctx) + list(tgt)
+        positions[i, :L] = np.arange(L)
+        segments[i, :L] = 1
+        target[i, len(ctx):L] = 1.0
+    return PredictionBatch(tokens, positions, segments, target)

@@ -1,0 +1,37 @@
+"""The CToM prediction-gradient cap (eq. 7) on gradient pytrees.
+
+Kept apart from the step so that tests (and other trainers) can apply the exact rule the
+step uses to gradients computed anywhere.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def global_norm(tree) -> jax.Array:
+    """L2 norm over every leaf of a pytree, accumulated in float32."""
+    leaves = jax.tree.leaves(tree)
+    if not leaves:
+        return jnp.float32(0.0)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+def prediction_scale(grpo_norm, pred_norm, lambda_pred) -> jax.Array:
+    """eta = min(1, |g_grpo| / (2 lambda_pred |g_pred|)), 1 when lambda_pred |g_pred| = 0.
+
+    Held fixed (stop-gradient): eta scales a gradient, it is not part of the objective.
+    """
+    denom = 2.0 * lambda_pred * pred_norm
+    safe = jnp.where(denom > 0, denom, 1.0)
+    eta = jnp.where(denom > 0, jnp.minimum(1.0, grpo_norm / safe), 1.0)
+    return jax.lax.stop_gradient(eta.astype(jnp.float32))
+
+
+def combine_gradients(g_grpo, g_pred, lambda_pred):
+    """(g_grpo + eta * lambda_pred * g_pred, eta), with `g_pred` the unscaled grad of L_pred."""
+    eta = prediction_scale(global_norm(g_grpo), global_norm(g_pred), lambda_pred)
+    scale = eta * lambda_pred
+    combined = jax.tree.map(lambda a, b: a + (scale * b).astype(a.dtype), g_grpo, g_pred)
+    return combined, eta

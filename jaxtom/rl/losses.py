@@ -1,0 +1,153 @@
+"""GRPO and CToM losses as pure functions on per-token arrays.
+
+Every loss comes in two forms: a `*_terms` function returning a `(sum, count)` pair, so that
+token means stay exact when a batch is split into micro-batches (sum the sums, sum the counts,
+divide once), and a scalar convenience wrapper. Per-token arrays are aligned with the token
+ids: entry t belongs to token t (predicted from position t-1), so entry 0 of a row is never
+a policy token.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# log-ratios and KL log-differences are clamped to this range before exponentiation: e^20 is
+# ~5e8, far beyond any ratio the clip keeps, and it keeps float32 finite.
+LOG_RATIO_CLAMP = 20.0
+# cap on a single token's k3 KL estimate (the estimate is unbounded in delta).
+KL_CLAMP = 10.0
+
+
+def _safe_div(total, count):
+    return total / jnp.maximum(count, 1.0)
+
+
+def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6) -> jax.Array:
+    """GRPO advantages `(r - mean) / (std + eps)` within consecutive groups of `group_size`.
+
+    Uses the sample std (denominator G-1); a group of equal rewards gets exactly zero
+    advantage (the numerator is zero), and no critic is involved.
+    """
+    rewards = jnp.asarray(rewards, jnp.float32)
+    if rewards.ndim != 1:
+        raise ValueError(f"rewards must be 1-D [num_sequences], got shape {rewards.shape}")
+    if group_size < 2 or rewards.shape[0] % group_size:
+        raise ValueError(f"group_size must be >= 2 and divide the number of rewards "
+                         f"({rewards.shape[0]}), got {group_size}")
+    r = rewards.reshape(-1, group_size)
+    mean = r.mean(axis=1, keepdims=True)
+    centred = r - mean
+    std = jnp.sqrt(jnp.sum(centred * centred, axis=1, keepdims=True) / (group_size - 1))
+    # rewards equal up to float rounding still count as equal: zero, not noise / eps
+    equal = jnp.all(r == r[:, :1], axis=1, keepdims=True)
+    return jnp.where(equal, 0.0, centred / (std + eps)).reshape(-1)
+
+
+def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """log p(tokens[t] | tokens[<t]) aligned with `tokens`; entry 0 of each row is 0."""
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    return jnp.pad(picked, ((0, 0), (1, 0)))
+
+
+def token_entropy(logits: jax.Array) -> jax.Array:
+    """Entropy of the next-token distribution, aligned like `token_logprobs` (entry 0 is 0)."""
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return jnp.pad(ent, ((0, 0), (1, 0)))
+
+
+def _per_token_advantages(advantages, mask):
+    advantages = jnp.asarray(advantages, jnp.float32)
+    if advantages.ndim == 1:
+        advantages = advantages[:, None]
+    if advantages.ndim != 2 or advantages.shape[0] != mask.shape[0]:
+        raise ValueError(f"advantages must be [batch] or [batch, seq] matching the mask "
+                         f"{mask.shape}, got shape {advantages.shape}")
+    return advantages
+
+
+def dual_clip_surrogate(logp, old_logp, advantages, *, clip_low=0.2, clip_high=0.2,
+                        dual_clip=3.0):
+    """Per-token dual-clipped surrogate S and whether the clip was active (for metrics).
+
+    B = min(rho A, clip(rho, 1-clip_low, 1+clip_high) A); S = max(B, c A) where A < 0.
+    """
+    log_ratio = jnp.clip(logp - old_logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = jnp.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    b = jnp.minimum(unclipped, clipped)
+    s = jnp.where(advantages < 0, jnp.maximum(b, dual_clip * advantages), b)
+    return s, clipped < unclipped, (advantages < 0) & (dual_clip * advantages > b)
+
+
+def k3_kl(logp, ref_logp):
+    """k3 estimate exp(d) - d - 1 with d = ref - logp, as expm1(d) - d (exact near d = 0)."""
+    delta = jnp.clip(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return jnp.clip(jnp.expm1(delta) - delta, 0.0, KL_CLAMP)
+
+
+def grpo_terms(logp, old_logp, ref_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
+               dual_clip=3.0, kl_coef=0.01):
+    """(sum over policy tokens of -S + kl_coef D, number of policy tokens, stats).
+
+    `advantages` is per sequence [B] or per token [B, T]; `mask` selects policy tokens.
+    `stats` holds masked sums of the KL and of the clip indicators, for metrics.
+    """
+    mask = jnp.asarray(mask, jnp.float32)
+    adv = _per_token_advantages(advantages, mask)
+    s, clipped, dual = dual_clip_surrogate(logp, old_logp, adv, clip_low=clip_low,
+                                           clip_high=clip_high, dual_clip=dual_clip)
+    if ref_logp is None:
+        if kl_coef:
+            raise ValueError(f"kl_coef={kl_coef} needs reference log-probs, got ref_logp=None")
+        kl = jnp.zeros_like(logp)
+    else:
+        kl = k3_kl(logp, ref_logp)
+    per_token = jnp.where(mask > 0, -s + kl_coef * kl, 0.0)
+    stats = {"kl": jnp.sum(jnp.where(mask > 0, kl, 0.0)),
+             "clip": jnp.sum(jnp.where(mask > 0, clipped, False)),
+             "dual_clip": jnp.sum(jnp.where(mask > 0, dual, False))}
+    return jnp.sum(per_token * mask), jnp.sum(mask), stats
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2,
+              dual_clip=3.0, kl_coef=0.01) -> jax.Array:
+    """L_GRPO: token mean over the policy mask of -S + kl_coef D (0 for an empty mask)."""
+    total, count, _ = grpo_terms(logp, old_logp, ref_logp, advantages, mask, clip_low=clip_low,
+                                 clip_high=clip_high, dual_clip=dual_clip, kl_coef=kl_coef)
+    return _safe_div(total, count)
+
+
+def prediction_terms(logp, target_mask):
+    """(sum over target rows of the row's mean NLL, number of rows with a target).
+
+    Each row of the prediction sub-batch holds one target reply (CToM eq. 2): its tokens
+    are averaged first, then targets are averaged, so long replies do not dominate.
+    """
+    target_mask = jnp.asarray(target_mask, jnp.float32)
+    n = jnp.sum(target_mask, axis=-1)
+    row_sum = -jnp.sum(jnp.where(target_mask > 0, logp, 0.0) * target_mask, axis=-1)
+    has = n > 0
+    return jnp.sum(jnp.where(has, row_sum / jnp.maximum(n, 1.0), 0.0)), jnp.sum(has)
+
+
+def prediction_nll(logp, target_mask) -> jax.Array:
+    """L_pred: mean over targets of each target's mean token NLL (0 with no targets)."""
+    total, count = prediction_terms(logp, target_mask)
+    return _safe_div(total, count.astype(jnp.float32))
+
+
+def decision_entropy_terms(entropy, decision_mask):
+    """(sum of the policy's entropy at decision tokens, number of decision tokens)."""
+    decision_mask = jnp.asarray(decision_mask, jnp.float32)
+    return (jnp.sum(jnp.where(decision_mask > 0, entropy, 0.0) * decision_mask),
+            jnp.sum(decision_mask))
+
+
+def decision_entropy(logits, decision_mask) -> jax.Array:
+    """Mean entropy of the distribution that chose each marked action-decision token."""
+    total, count = decision_entropy_terms(token_entropy(logits), decision_mask)
+    return _safe_div(total, count)
