@@ -24,7 +24,7 @@ import numpy as np
 
 from jaxtom.gridworld import reference
 from jaxtom.gridworld.inference import goal_log_likelihoods
-from jaxtom.gridworld.rollout import reset_batch, rollout_batch
+from jaxtom.gridworld.simulation import reset_batch, rollout_batch
 from jaxtom.gridworld.types import EnvParams
 
 

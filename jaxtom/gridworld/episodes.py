@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxtom.gridworld.inference import Trajectory
 from jaxtom.gridworld.planner import cell_of
-from jaxtom.gridworld.rollout import reset_batch, rollout_batch
+from jaxtom.gridworld.simulation import reset_batch, rollout_batch
 from jaxtom.gridworld.types import (
     COLORS, HELD_OUT_COLORS, HELD_OUT_SHAPES, PICK, PUT, SHAPES, EnvParams, EnvState,
 )

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxtom.gridworld.planner import SceneView, cell_of, human_action_log_prob
+from jaxtom.gridworld.planner import SceneView, cell_of, human_action_log_prob, off_diagonal
 from jaxtom.gridworld.types import EnvParams, EnvState, Layout, goal_pairs
 
 
@@ -29,6 +29,7 @@ class Trajectory:
     human_holding: jnp.ndarray  # int32 [T]
     human_last_action: jnp.ndarray  # int32 [T]
     helper_holding: jnp.ndarray  # int32 [T]
+    helper_pos: jnp.ndarray  # int32 [T, 2] (not needed for inference; kept for replay/render)
     obj_pos: jnp.ndarray  # int32 [T, K, 2]
     action: jnp.ndarray  # int32 [T] the human's action at each step
     valid: jnp.ndarray  # bool [T]
@@ -43,18 +44,18 @@ def trajectory_step(state: EnvState, human_action, valid) -> Trajectory:
     return Trajectory(layout=state.layout, human_pos=state.human_pos,
                       human_holding=state.human_holding,
                       human_last_action=state.human_last_action,
-                      helper_holding=state.helper_holding, obj_pos=state.obj_pos,
+                      helper_holding=state.helper_holding, helper_pos=state.helper_pos,
+                      obj_pos=state.obj_pos,
                       action=jnp.asarray(human_action, jnp.int32), valid=jnp.asarray(valid))
 
 
 def _step_log_likelihoods(layout, human_pos, human_holding, last_action, helper_holding,
                           obj_pos, action, params: EnvParams) -> jnp.ndarray:
     """[G] floored log P(action | goal, state) for every ordered goal at one time step."""
-    goals = jnp.asarray(goal_pairs(params.num_objects))
     view = SceneView(layout, obj_pos, human_holding, helper_holding, params.width)
-    logp = human_action_log_prob(view, cell_of(human_pos, params.width), human_holding,
-                                 last_action, action, goals[:, 0], goals[:, 1], params)
-    return jnp.maximum(logp, jnp.log(params.likelihood_floor))
+    grid = human_action_log_prob(view, cell_of(human_pos, params.width), human_holding,
+                                 last_action, action, None, None, params)
+    return jnp.maximum(off_diagonal(grid), jnp.log(params.likelihood_floor))
 
 
 def goal_log_likelihoods(trajectory: Trajectory, params: EnvParams) -> jnp.ndarray:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from jaxtom.gridworld import env, reference
-from jaxtom.gridworld.rollout import reset_batch
+from jaxtom.gridworld.simulation import reset_batch
 from jaxtom.gridworld.types import EnvParams
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from jaxtom.gridworld import reference
 from jaxtom.gridworld.inference import goal_log_likelihoods, goal_posterior
-from jaxtom.gridworld.rollout import rollout_batch
+from jaxtom.gridworld.simulation import rollout_batch
 from jaxtom.gridworld.types import EnvParams
 
 from .conftest import unbatch

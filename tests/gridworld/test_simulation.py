@@ -2,7 +2,7 @@ import chex
 import jax
 import numpy as np
 
-from jaxtom.gridworld import rollout as rollout_lib
+from jaxtom.gridworld import simulation as simulation
 from jaxtom.gridworld.types import EnvParams
 
 from .conftest import unbatch
@@ -12,7 +12,7 @@ def test_rollout_traces_once(states, params):
     @jax.jit
     @chex.assert_max_traces(n=1)
     def run(key, state):
-        return rollout_lib.rollout.__wrapped__(key, state, params, "oracle", 30)
+        return simulation.rollout.__wrapped__(key, state, params, "oracle", 30)
 
     for i in range(3):
         final, traj, helper_actions, _ = run(jax.random.key(i), unbatch(states, i))
@@ -22,8 +22,8 @@ def test_rollout_traces_once(states, params):
 def test_rollout_is_deterministic_and_done_mask_is_consistent(states, params):
     keys = jax.random.split(jax.random.key(0), 4)
     batch = jax.tree.map(lambda x: x[:4], states)
-    a = rollout_lib.rollout_batch(keys, batch, params, "bip")
-    b = rollout_lib.rollout_batch(keys, batch, params, "bip")
+    a = simulation.rollout_batch(keys, batch, params, "bip")
+    b = simulation.rollout_batch(keys, batch, params, "bip")
     chex.assert_trees_all_equal(a, b)
     final, traj, _, _ = a
     valid = np.asarray(traj.valid)
@@ -34,7 +34,7 @@ def test_rollout_is_deterministic_and_done_mask_is_consistent(states, params):
 
 def test_speedup_ordering_over_three_seeds():
     params = EnvParams(random_prob=0.15)
-    result = rollout_lib.simulate(jax.random.key(0), params, num_episodes=96, seeds=(10, 20, 30))
+    result = simulation.simulate(jax.random.key(0), params, num_episodes=96, seeds=(10, 20, 30))
     assert result["stay"]["mean"] == 0.0 and np.all(result["stay"]["speedup"] == 0.0)
     oracle, bip = result["oracle"]["mean"], result["bip"]["mean"]
     assert oracle >= bip > 0.0, (oracle, bip)
@@ -46,4 +46,4 @@ def test_speedup_ordering_over_three_seeds():
 def test_unknown_helper_is_rejected(states, params):
     import pytest
     with pytest.raises(ValueError, match="unknown helper 'smart'"):
-        rollout_lib.simulate(jax.random.key(0), params, helpers=("smart",), num_episodes=2)
+        simulation.simulate(jax.random.key(0), params, helpers=("smart",), num_episodes=2)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtom.gridworld import env
-from jaxtom.gridworld.inference import Trajectory, _step_log_likelihoods
+from jaxtom.gridworld.inference import Trajectory, _step_log_likelihoods, start_order_prior
 from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index, goal_pairs
 
 HELPERS = ("oracle", "bip", "random", "stay")
@@ -35,15 +35,18 @@ def top_particles(log_posterior, all_goals, count: int):
 
 
 @functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior",
-                                             "bip_particles", "auto_reset"))
+                                             "bip_particles", "auto_reset", "ordering_prior"))
 def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "stay",
             horizon: int | None = None, track_posterior: bool = False, bip_particles: int = 0,
-            auto_reset: bool = False):
+            auto_reset: bool = False, ordering_prior: bool = True):
     """Run one episode for `horizon` (default `max_steps`) steps with a helper driven by the
     true goal (`oracle`), the exact posterior (`bip`, the `bip_particles` most probable goals or
     all of them if 0), a random goal (`random`) or nothing (`stay`). Returns
     `(final_state, trajectory, helper_actions, true_goal_posterior)`; the posterior of the true
-    goal before each step is tracked for `bip` or when asked.
+    goal before each step is tracked for `bip` or when asked. The posterior starts from the
+    nearest-first ordering prior (`start_order_prior`: the human picks the goal object nearer
+    its start first, which the assistance prompt also tells models) unless `ordering_prior` is
+    off, then from a uniform prior over the 56 ordered goals.
 
     With `auto_reset`, a finished episode restarts at once from its initial state (same scene,
     fresh randomness), so every scan step simulates a live step -- the usual way to measure
@@ -78,35 +81,52 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
                 state.helper_holding, state.obj_pos, human_action, params)
             log_post = log_post + jnp.where(state.done, 0.0, step_ll)
         record = (state.human_pos, state.human_holding, state.human_last_action,
-                  state.helper_holding, state.obj_pos, human_action, ~state.done)
+                  state.helper_holding, state.helper_pos, state.obj_pos, human_action,
+                  ~state.done)
         new_state = env.transition(state, human_action, helper_action, params)
         if auto_reset:
             restart = new_state.done
             new_state = jax.tree.map(lambda first, now: jnp.where(restart, first, now),
                                      initial, new_state)
-            log_post = jnp.where(restart, 0.0, log_post)
+            log_post = jnp.where(restart, init[1], log_post)
         return (new_state, log_post), (record, helper_action, posterior_true)
 
     initial = state
-    init = (state, jnp.zeros(num_goals))
+    init = (state, jnp.log(start_order_prior(state, params)) if ordering_prior
+            else jnp.zeros(num_goals))
     (final, _), (record, helper_actions, posterior_true) = jax.lax.scan(
         body, init, jnp.arange(horizon))
-    pos, holding, last, helper_holding, obj_pos, action, valid = record
+    pos, holding, last, helper_holding, helper_pos, obj_pos, action, valid = record
     trajectory = Trajectory(layout=state.layout, human_pos=pos, human_holding=holding,
                             human_last_action=last, helper_holding=helper_holding,
-                            obj_pos=obj_pos, action=action, valid=valid)
+                            helper_pos=helper_pos, obj_pos=obj_pos, action=action, valid=valid)
     return final, trajectory, helper_actions, posterior_true
 
 
+def state_at(initial: EnvState, trajectory: Trajectory, t: int) -> EnvState:
+    """The state an unbatched episode was in before its step `t` (0-based), rebuilt from the
+    recorded trajectory: for transcripts, prompts and frames at any point of an episode.
+    (The helper's stay counter is not recorded and restarts at 0.)"""
+    length = int(np.asarray(trajectory.valid).sum())
+    if not 0 <= t < length:
+        raise ValueError(f"step {t} is outside the episode's {length} recorded steps")
+    at = lambda x: x[t]  # noqa: E731
+    return initial.replace(
+        human_pos=at(trajectory.human_pos), human_holding=at(trajectory.human_holding),
+        human_last_action=at(trajectory.human_last_action),
+        helper_pos=at(trajectory.helper_pos), helper_holding=at(trajectory.helper_holding),
+        obj_pos=at(trajectory.obj_pos), time=jnp.int32(t), done=jnp.array(False))
+
+
 @functools.partial(jax.jit, static_argnames=("params", "helper", "horizon", "track_posterior",
-                                             "bip_particles", "auto_reset"))
+                                             "bip_particles", "auto_reset", "ordering_prior"))
 def rollout_batch(keys: jax.Array, states: EnvState, params: EnvParams, helper: str = "stay",
                   horizon: int | None = None, track_posterior: bool = False,
-                  bip_particles: int = 0, auto_reset: bool = False):
+                  bip_particles: int = 0, auto_reset: bool = False, ordering_prior: bool = True):
     """`rollout` vmapped over a batch of episodes (leading axis of `keys` and `states`)."""
     fn = functools.partial(rollout.__wrapped__, params=params, helper=helper, horizon=horizon,
                            track_posterior=track_posterior, bip_particles=bip_particles,
-                           auto_reset=auto_reset)
+                           auto_reset=auto_reset, ordering_prior=ordering_prior)
     return jax.vmap(fn)(keys, states)
 
 
