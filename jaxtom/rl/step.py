@@ -232,7 +232,8 @@ class Learner:
     def _uses_prediction(self, batch: Batch) -> bool:
         return batch.prediction is not None and self.cfg.lambda_pred != 0
 
-    def _update(self, state: TrainState, batch: Batch):
+    def _gradients(self, state: TrainState, batch: Batch):
+        """(combined, eta, g_grpo, g_pred or None, counts, stats): the step's gradient rule."""
         cfg = self.cfg
         n_policy = jnp.sum(batch.policy_mask)
         n_decision = (jnp.sum(batch.decision_mask) if batch.decision_mask is not None
@@ -254,12 +255,23 @@ class Learner:
                 return jax.tree.map(jnp.add, acc, out), None
 
             (g_grpo, g_pred, stats), _ = jax.lax.scan(body, zeros, micro)
-
         if g_pred is not None:
             combined, eta = combine_gradients(g_grpo, g_pred, cfg.lambda_pred)
-            pred_norm = global_norm(g_pred)
         else:
-            combined, eta, pred_norm = g_grpo, jnp.float32(1.0), jnp.float32(0.0)
+            combined, eta = g_grpo, jnp.float32(1.0)
+        return combined, eta, g_grpo, g_pred, counts, stats
+
+    def gradients(self, state: TrainState, batch: Batch):
+        """The step's (combined gradient, eta, g_grpo, g_pred) without updating anything."""
+        if "grads" not in self._compiled:
+            self._compiled["grads"] = jax.jit(lambda s, b: self._gradients(s, b)[:4])
+        return self._compiled["grads"](state, batch)
+
+    def _update(self, state: TrainState, batch: Batch):
+        cfg = self.cfg
+        combined, eta, g_grpo, g_pred, counts, stats = self._gradients(state, batch)
+        n_policy, n_decision, n_targets = counts
+        pred_norm = global_norm(g_pred) if g_pred is not None else jnp.float32(0.0)
         grad_norm = global_norm(combined)
         has_signal = (n_policy > 0) | (n_targets > 0) | ((n_decision > 0) &
                                                           (cfg.lambda_entropy != 0))

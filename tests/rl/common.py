@@ -1,0 +1,63 @@
+"""A tiny decoder and random GRPO batches shared by the step tests and their subprocesses."""
+
+import numpy as np
+
+from jaxtom import rl
+from jaxtom.models import init_decoder
+from jaxtom.models.config import ModelConfig
+
+TINY = ModelConfig(family="qwen3", vocab_size=48, hidden_size=32, intermediate_size=64,
+                   num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
+
+
+def tiny_model(seed=0):
+    return init_decoder(TINY, seed=seed)
+
+
+def random_batch(seed, *, num_seqs=8, group=4, num_rows=8, row_len=16, prediction=True,
+                 decision=True, off_policy=True, degenerate=False):
+    """Random rollouts packed into a fixed-shape batch (NumPy leaves)."""
+    rng = np.random.default_rng(seed)
+    seqs, masks, decisions = [], [], []
+    for _ in range(num_seqs):
+        L = int(rng.integers(3, row_len + 1))
+        prompt = int(rng.integers(1, L))
+        seqs.append(rng.integers(0, TINY.vocab_size, L).tolist())
+        masks.append([0.0] * prompt + [1.0] * (L - prompt))
+        d = [0.0] * L
+        d[prompt] = 1.0
+        decisions.append(d)
+    rewards = rng.normal(size=num_seqs)
+    if degenerate:
+        kind = seed % 4
+        if kind == 0:
+            rewards[:] = 1.0  # every group equal: zero advantages
+        if kind == 1:
+            masks = [[0.0] * len(m) for m in masks]  # no policy tokens
+        if kind == 2:
+            rewards = rng.choice([-1e6, 1e6], num_seqs)
+    adv = np.asarray(rl.group_advantages(rewards, group))
+    old = None
+    if off_policy:
+        scale = 30.0 if degenerate else 0.1
+        old = [(-rng.exponential(3.0, len(s)) + rng.normal(0, scale, len(s))).tolist()
+               for s in seqs]
+    batch = rl.pack_sequences(seqs, masks, adv, [i // group for i in range(num_seqs)],
+                              num_rows=num_rows, row_len=row_len, old_logps=old,
+                              decision_masks=decisions if decision else None)
+    if prediction:
+        n = num_rows // 2 if not (degenerate and seed % 4 == 3) else 0
+        ctx = [rng.integers(0, TINY.vocab_size, int(rng.integers(1, 6))).tolist()
+               for _ in range(n)]
+        tgt = [rng.integers(0, TINY.vocab_size, int(rng.integers(1, 6))).tolist()
+               for _ in range(n)]
+        batch = batch.replace(prediction=rl.prediction_batch(ctx, tgt, num_rows=num_rows,
+                                                             row_len=12))
+    return batch
+
+
+def params_array(state):
+    """All trainable params flattened into one float64 vector (for comparisons)."""
+    import jax
+    return np.concatenate([np.asarray(x, np.float64).ravel()
+                           for x in jax.tree.leaves(state.params)])

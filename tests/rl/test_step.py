@@ -1,0 +1,196 @@
+"""The update step: eta cap against outside gradients, exact GRPO-only path, no-op padding,
+micro-batches, packing, LoRA, and finiteness on degenerate batches."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxtom import rl
+from jaxtom.models import add_lora
+from tests.rl.common import params_array, random_batch, tiny_model
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def outside_gradients(learner, state, batch, cfg):
+    """g_grpo, g_pred computed with jax.grad on the public loss functions, not the step."""
+    gd = learner.graphdef
+
+    def logp_of(params, tokens, positions, segments):
+        logits = nnx.merge(gd, params, state.frozen)(tokens, positions, segments)
+        return rl.token_logprobs(logits, tokens)
+
+    b = jax.tree.map(jnp.asarray, batch)
+    ref = logp_of(state.ref_params, b.tokens, b.positions, b.segment_ids)
+
+    def l_grpo(params):
+        lp = logp_of(params, b.tokens, b.positions, b.segment_ids)
+        return rl.grpo_loss(lp, b.old_logp, ref, b.advantages, b.policy_mask,
+                            kl_coef=cfg.kl_coef)
+
+    def l_pred(params):
+        p = b.prediction
+        return rl.prediction_nll(logp_of(params, p.tokens, p.positions, p.segment_ids),
+                                 p.target_mask)
+
+    return jax.jit(lambda p: (jax.grad(l_grpo)(p), jax.grad(l_pred)(p)))(state.params)
+
+
+def flat(tree):
+    return np.concatenate([np.asarray(x).ravel() for x in jax.tree.leaves(tree)])
+
+
+LAMBDA_PRED = 5.0
+CFG = rl.StepConfig(lambda_pred=LAMBDA_PRED, lambda_entropy=1e-2, kl_coef=0.05,
+                    learning_rate=1e-2)
+
+
+@pytest.fixture(scope="module")
+def learner():
+    """One compiled step shared by the tests that use the same config and batch layout."""
+    return rl.Learner(tiny_model(), CFG)
+
+
+def test_eta_and_combined_gradient_match_formula(learner):
+    model = tiny_model()
+    state = learner.init_state(model)
+    batch = random_batch(0)
+    batch = batch.replace(decision_mask=np.zeros_like(batch.decision_mask))  # no entropy term
+    g1, g2 = outside_gradients(learner, state, batch, CFG)
+    n1, n2 = np.linalg.norm(flat(g1)), np.linalg.norm(flat(g2))
+    eta_want = min(1.0, n1 / (2 * LAMBDA_PRED * n2))
+    assert eta_want < 0.5  # the cap is active
+    combined, eta, gg, gp = learner.gradients(state, learner.put_batch(batch))
+    assert float(eta) == pytest.approx(eta_want, rel=1e-5)
+    np.testing.assert_allclose(flat(gg), flat(g1), atol=1e-6)
+    np.testing.assert_allclose(flat(gp), flat(g2), atol=1e-6)
+    np.testing.assert_allclose(flat(combined), flat(g1) + eta_want * LAMBDA_PRED * flat(g2),
+                               atol=1e-6)
+    for lam in (LAMBDA_PRED, 1e-3):  # capped and uncapped regimes of the public rule
+        c2, eta2 = rl.combine_gradients(g1, g2, lam)
+        want = min(1.0, n1 / (2 * lam * n2))
+        assert float(eta2) == pytest.approx(want, rel=1e-5)
+        np.testing.assert_allclose(flat(c2), flat(g1) + want * lam * flat(g2), atol=1e-6)
+    assert float(rl.combine_gradients(g1, g2, 1e-3)[1]) == 1.0
+    # the step applies exactly clip + AdamW to that combined gradient
+    want = flat(jax.jit(lambda g, o, p: optax.apply_updates(p, learner.tx.update(g, o, p)[0]))(
+        combined, state.opt_state, state.params))
+    new_state, metrics = learner.step(state, learner.put_batch(batch))
+    np.testing.assert_allclose(flat(new_state.params), want, atol=1e-6)
+    assert float(metrics["eta"]) == pytest.approx(eta_want, rel=1e-5)
+    assert float(metrics["grad_norm_grpo"]) == pytest.approx(n1, rel=1e-4)
+    assert float(metrics["grad_norm_pred"]) == pytest.approx(n2, rel=1e-4)
+
+
+def test_eta_is_one_for_zero_prediction_gradient():
+    g = {"a": jnp.ones(3), "b": jnp.full((2, 2), -2.0)}
+    zero = jax.tree.map(jnp.zeros_like, g)
+    combined, eta = rl.combine_gradients(g, zero, 0.7)
+    assert float(eta) == 1.0
+    np.testing.assert_array_equal(flat(combined), flat(g))
+    _, eta = rl.combine_gradients(g, g, 0.0)  # lambda_pred = 0: eta 1 too
+    assert float(eta) == 1.0
+    _, eta = rl.combine_gradients(zero, g, 1.0)  # no GRPO gradient: prediction is switched off
+    assert float(eta) == 0.0
+
+
+def test_lambda_pred_zero_equals_grpo_only_exactly():
+    model = tiny_model()
+    batch = random_batch(1)
+    a = rl.Learner(model, rl.StepConfig(lambda_pred=0.0, learning_rate=1e-2))
+    b = rl.Learner(model, rl.StepConfig(lambda_pred=0.5, learning_rate=1e-2))
+    sa, sb = a.init_state(model), b.init_state(model)
+    for _ in range(2):
+        sa, ma = a.step(sa, a.put_batch(batch))
+        sb, mb = b.step(sb, b.put_batch(batch.replace(prediction=None)))
+    np.testing.assert_array_equal(params_array(sa), params_array(sb))
+    assert float(ma["eta"]) == 1.0 and float(ma["grad_norm_pred"]) == 0.0
+
+
+def test_all_padding_step_is_a_noop(learner):
+    model = tiny_model()
+    state = learner.init_state(model)
+    batch = random_batch(2)
+    empty = batch.replace(policy_mask=np.zeros_like(batch.policy_mask),
+                          decision_mask=np.zeros_like(batch.decision_mask),
+                          prediction=batch.prediction.replace(
+                              target_mask=np.zeros_like(batch.prediction.target_mask)))
+    before = jax.tree.map(np.asarray, (state.params, state.opt_state))
+    state, metrics = learner.step(state, learner.put_batch(empty))
+    after = jax.tree.map(np.asarray, (state.params, state.opt_state))
+    jax.tree.map(np.testing.assert_array_equal, before, after)
+    assert float(metrics["skipped"]) == 1.0 and float(metrics["eta"]) == 1.0
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    state, metrics = learner.step(state, learner.put_batch(batch))  # real data does move
+    assert float(metrics["skipped"]) == 0.0
+    assert not np.array_equal(params_array(state), np.concatenate(
+        [np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(before[0])]))
+
+
+def test_no_nan_over_random_degenerate_batches(learner):
+    model = tiny_model()
+    state = learner.init_state(model)
+    for seed in range(8):
+        batch = random_batch(seed, degenerate=True)
+        state, metrics = learner.step(state, learner.put_batch(batch))
+        bad = {k: float(v) for k, v in metrics.items() if not np.isfinite(float(v))}
+        assert not bad, (seed, bad)
+        assert np.all(np.isfinite(params_array(state))), seed
+
+
+def test_micro_batches_give_the_same_gradients(learner):
+    model = tiny_model()
+    batch = random_batch(3)
+    micro = rl.Learner(model, dataclasses.replace(CFG, micro_batches=4))
+    state = learner.init_state(model)
+    whole = learner.gradients(state, learner.put_batch(batch))
+    split = micro.gradients(state, micro.put_batch(batch))
+    for a, b in zip(whole, split):
+        np.testing.assert_allclose(flat(a), flat(b), atol=2e-6, rtol=1e-5)
+
+
+def test_packed_rows_equal_one_sequence_per_row(learner):
+    model = tiny_model()
+    state = learner.init_state(model)
+    rng = np.random.default_rng(4)
+    seqs = [rng.integers(0, 48, 6).tolist() for _ in range(4)]
+    masks = [[0, 0, 1, 1, 1, 1]] * 4
+    adv, groups = [1.0, -1.0, 0.5, -0.5], [0, 0, 1, 1]
+    one = rl.pack_sequences(seqs, masks, adv, groups, num_rows=4, row_len=12)
+    packed = rl.pack_sequences(seqs, masks, adv, groups, num_rows=2, row_len=12)
+    assert packed.segment_ids.max() == 2
+    g_one = learner.gradients(state, learner.put_batch(one))[0]
+    g_packed = learner.gradients(state, learner.put_batch(packed))[0]
+    np.testing.assert_allclose(flat(g_one), flat(g_packed), atol=1e-6)
+
+
+def test_lora_trains_only_adapters_and_reference_is_base():
+    model = add_lora(tiny_model(), rank=2)
+    learner = rl.Learner(model, rl.StepConfig(lora=True, learning_rate=1e-2, kl_coef=0.1))
+    assert learner.reference == "lora_disabled"
+    state = learner.init_state(model)
+    frozen_before = jax.tree.map(np.asarray, state.frozen)
+    batch = random_batch(5, off_policy=False)
+    for _ in range(3):
+        state, metrics = learner.step(state, learner.put_batch(batch))
+    jax.tree.map(np.testing.assert_array_equal, frozen_before,
+                 jax.tree.map(np.asarray, state.frozen))
+    leaves = jax.tree_util.tree_leaves_with_path(state.params)
+    names = {jax.tree_util.keystr(p) for p, _ in leaves}
+    assert names and all("lora" in n for n in names)
+    assert float(metrics["kl"]) > 0  # adapters moved away from the base reference
+    assert float(metrics["clip_frac"]) == 0.0  # on-policy: ratio 1
+
+
+def test_bad_configs_are_named():
+    with pytest.raises(ValueError, match="no LoRA adapters"):
+        rl.Learner(tiny_model(), rl.StepConfig(lora=True))
+    with pytest.raises(ValueError, match="micro_batches must be a positive int"):
+        rl.Learner(tiny_model(), rl.StepConfig(micro_batches=0))
+    with pytest.raises(ValueError, match="reference must be one of"):
+        rl.Learner(tiny_model(), rl.StepConfig(reference="copy"))
