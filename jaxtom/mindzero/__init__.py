@@ -1,0 +1,22 @@
+"""MindZero on the gridworld: goal particles, the ELBO reward, prompts, data, training, eval.
+
+Public names
+    `parse_particles(text, scene, *, mode="train"|"eval")` -> `Particles` or `ParseFailure`
+    (never raises on model output); `elbo_reward(...)` (eq. 4 on a batch) and
+    `elbo_reward_batch(...)` (planner likelihoods + eq. 4 in one jitted call);
+    `qa_reward`, `parse_choice` (the public code's QA reward); `RewardConfig`.
+"""
+
+from jaxtom.mindzero.particles import (
+    Particles, ParseFailure, extract_json, format_particles, normalise, parse_particles,
+    scene_labels, to_arrays,
+)
+from jaxtom.mindzero.reward import (
+    RewardConfig, cumulative_log_likelihoods, elbo_reward, elbo_reward_batch, parse_choice,
+    qa_reward, sample_log_likelihoods,
+)
+
+__all__ = ["Particles", "ParseFailure", "RewardConfig", "cumulative_log_likelihoods",
+           "elbo_reward", "elbo_reward_batch", "extract_json", "format_particles", "normalise",
+           "parse_choice", "parse_particles", "qa_reward", "sample_log_likelihoods",
+           "scene_labels", "to_arrays"]
