@@ -1,0 +1,67 @@
+"""The sharded step on 8 simulated CPU devices equals one device, for several meshes.
+
+Runs in a subprocess with XLA_FLAGS set before JAX starts (see tests/test_parallel.py).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import json
+    import jax, numpy as np
+    assert jax.device_count() == 8, jax.devices()
+    jax.config.update("jax_default_matmul_precision", "highest")
+    from jaxtom import parallel, rl
+    from jaxtom.models import init_decoder
+    from tests.rl.common import TINY, params_array, random_batch
+
+    cfg = TINY.replace(num_heads=8, num_kv_heads=4, head_dim=8)
+    # adam_eps 1e-5: with eps 1e-8 Adam divides gradients near 1e-8 by themselves, turning
+    # reduction-order rounding (1e-10) into O(lr) parameter differences on any backend
+    step_cfg = rl.StepConfig(lambda_pred=1.0, lambda_entropy=1e-2, learning_rate=1e-3,
+                             adam_eps=1e-5, micro_batches=2)
+    batches = [random_batch(s, num_rows=8, row_len=16) for s in range(2)]
+
+    def run(mesh):
+        model = init_decoder(cfg, seed=1)
+        learner = rl.Learner(model, step_cfg, mesh=mesh)
+        state = learner.init_state(model)
+        for b in batches:
+            state, metrics = learner.step(state, learner.put_batch(b))
+        q = state.params["layers"]["q_proj"].get_value()
+        return params_array(state), {k: float(v) for k, v in metrics.items()}, q.sharding
+
+    ref, ref_metrics, _ = run(None)
+    model = init_decoder(cfg, seed=1)
+    init = params_array(rl.Learner(model, step_cfg).init_state(model))
+    out = {"moved": float(np.abs(ref - init).max())}
+    for shape in [(8, 1, 1), (1, 2, 4), (2, 2, 2)]:
+        params, metrics, sharding = run(parallel.make_mesh(*shape))
+        out[str(shape)] = dict(
+            max_diff=float(np.abs(params - ref).max()),
+            eta_diff=abs(metrics["eta"] - ref_metrics["eta"]),
+            q_shards=len(sharding.device_set), q_spec=str(sharding.spec))
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_sharded_step_equals_single_device():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    for shape in ["(8, 1, 1)", "(1, 2, 4)", "(2, 2, 2)"]:
+        assert out[shape]["max_diff"] < 1e-5, (shape, out[shape])
+        assert out[shape]["eta_diff"] < 1e-5, (shape, out[shape])
+    assert out["moved"] > 1e-3  # the update is far larger than the tolerance
+    assert out["(2, 2, 2)"]["q_shards"] == 8  # params really are split
+    assert "tensor" in out["(1, 2, 4)"]["q_spec"]
