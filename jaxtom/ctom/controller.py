@@ -1,0 +1,228 @@
+"""The batched CToM controller (section 4.1): plan -> decision; ASK; DRAFT's hidden loop
+draft -> anticipated reply -> satisfaction check -> revise (<= K_max); COMMIT.
+
+Each conversation is a coroutine that yields what it needs next (a policy phase or a
+simulator reply) and receives the answer. The driver gathers the pending requests of every
+live conversation, sends policy phases with the same (cap, stop string) to the policy as one
+batch and all simulator requests as another, so conversations in different phases advance
+together and a finished one simply stops yielding (it leaves the batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol, Sequence
+
+import jax
+
+from jaxtom.ctom import protocol as P
+from jaxtom.ctom.data import Task
+from jaxtom.ctom.effort import DomainSettings, combined_reward, domain_settings, effort_cost
+from jaxtom.ctom.prompts import system_prompt
+from jaxtom.ctom.satisfaction import END_SIGNAL, is_satisfied
+from jaxtom.ctom.scoring import rouge_l_f1, score_math
+from jaxtom.ctom.simulators import SimReply, SimRequest, UserSimulator
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerConfig:
+    domain: str
+    max_rounds: int  # N
+    max_revisions: int = 3  # K_max
+    plan_cap: int = 128
+    decision_cap: int = 1
+    ask_cap: int = 256
+    draft_cap: int = 2048
+    prediction_cap: int = 384
+    revision_cap: int = 2048
+    w_effort: float = 0.01
+    categorical: bool = True
+
+    @classmethod
+    def for_domain(cls, domain: str, **overrides) -> "ControllerConfig":
+        d: DomainSettings = domain_settings(domain)
+        base = dict(domain=domain, max_rounds=d.max_rounds, max_revisions=d.max_revisions,
+                    draft_cap=d.draft_cap, prediction_cap=d.prediction_cap,
+                    revision_cap=d.revision_cap)
+        return cls(**{**base, **overrides})
+
+
+class Policy(Protocol):
+    def generate(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                 stop: Sequence[str], kind: str, key: jax.Array) -> list[list[int]]: ...
+
+
+@dataclasses.dataclass
+class Round:
+    index: int
+    plan: str
+    raw_decision: str | None  # what the policy chose (None: malformed)
+    action: str  # what ran: ASK | DRAFT | COMMIT (invalid COMMIT / malformed -> DRAFT)
+    drafts: list[str] = dataclasses.field(default_factory=list)
+    predictions: list[str] = dataclasses.field(default_factory=list)
+    prediction_prefix: list[int] = dataclasses.field(default_factory=list)  # context lengths
+    shown: str | None = None
+    reply: str | None = None
+    history_len: int = 0  # visible messages before this round (h_t)
+
+
+@dataclasses.dataclass
+class Conversation:
+    task: Task
+    visible: list[tuple[str, str]]
+    rounds: list[Round] = dataclasses.field(default_factory=list)
+    sequences: list[P.Segments] = dataclasses.field(default_factory=list)  # one per round
+    submission: str | None = None
+    end: str = "running"  # solved | commit | budget | failed
+    failed: str | None = None
+    score: float = 0.0
+    effort: float = 0.0
+    reward: float = 0.0
+
+    @property
+    def actions(self) -> list[str]:
+        return [r.action for r in self.rounds]
+
+
+@dataclasses.dataclass
+class _Gen:
+    tokens: list[int]
+    max_new_tokens: int
+    stop: tuple[str, ...]
+    kind: str
+
+
+def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, system: str):
+    enc, dec = tok.encode, tok.decode
+    conv = Conversation(task=task, visible=[("user", task.prompt)])
+    shown = None
+
+    def phase(seg, cap, closing, kind):
+        ids = yield _Gen(list(seg.tokens), cap, (closing,) if closing else (), kind)
+        seg.sampled(ids, is_decision=kind == "decision")
+        text = dec(ids)
+        if closing and closing not in text:
+            seg.controller(enc(closing))  # the policy stopped early: close the phase for it
+        return text
+
+    for t in range(cfg.max_rounds):
+        seg = P.Segments()
+        seg.controller(enc(P.render_history(tok, system, conv.visible) + P.PLAN_START))
+        plan = P.strip_phase((yield from phase(seg, cfg.plan_cap, P.PLAN_END, "plan")), P.PLAN_END)
+        seg.controller(enc("\n" + P.DECISION + " "))
+        raw = P.parse_decision((yield from phase(seg, cfg.decision_cap, None, "decision")))
+        action = raw or "DRAFT"
+        if action == "COMMIT" and shown is None:
+            action = "DRAFT"  # COMMIT is unavailable before a draft was shown
+        rnd = Round(t, plan, raw, action, history_len=len(conv.visible))
+        conv.rounds.append(rnd)
+        conv.sequences.append(seg)
+        if action == "COMMIT":
+            conv.submission, conv.end = shown, "commit"
+            reply = yield SimRequest(task, tuple(conv.visible), final=True)
+            rnd.reply = reply.text or None
+            if reply.error:
+                conv.failed, conv.end = reply.error, "failed"
+            return conv
+        if action == "ASK":
+            seg.controller(enc("\n" + P.ASK_START))
+            message = P.strip_phase((yield from phase(seg, cfg.ask_cap, P.ASK_END, "ask")),
+                                    P.ASK_END)
+        else:
+            seg.controller(enc("\n" + P.DRAFT_START))
+            for k in range(cfg.max_revisions + 1):
+                cap = cfg.draft_cap if k == 0 else cfg.revision_cap
+                draft = P.strip_phase((yield from phase(seg, cap, P.DRAFT_END, "draft")),
+                                      P.DRAFT_END)
+                seg.controller(enc(glue.assistant_to_user + P.ANTICIPATED + "\n"))
+                rnd.prediction_prefix.append(len(seg))
+                pred = P.strip_phase((yield from phase(seg, cfg.prediction_cap,
+                                                       P.PREDICTION_END, "prediction")),
+                                     P.PREDICTION_END)
+                rnd.drafts.append(draft)
+                rnd.predictions.append(pred)
+                if is_satisfied(pred) or k == cfg.max_revisions:
+                    break
+                seg.controller(enc(glue.user_to_assistant + P.DRAFT_START))
+            message = shown = draft
+        rnd.shown = message
+        conv.visible.append(("assistant", message))
+        if task.domain == "math" and action == "DRAFT" and score_math(message, task.reference):
+            conv.end = "solved"
+            return conv
+        if t == cfg.max_rounds - 1:
+            break
+        reply = yield SimRequest(task, tuple(conv.visible))
+        if reply.error:
+            conv.failed, conv.end = reply.error, "failed"
+            return conv
+        rnd.reply = reply.text
+        conv.visible.append(("user", reply.text))
+    conv.end = "budget"
+    conv.submission = shown
+    return conv
+
+
+def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
+                       code_scorer: Callable[[str | None, str], float] | None = None) -> None:
+    """Fills score, effort and reward (eqs. 3-4); discarded drafts are never scored."""
+    task = conv.task
+    if task.domain == "math":
+        conv.score = float(any(score_math(text, task.reference)
+                               for role, text in conv.visible if role == "assistant"))
+    elif task.domain == "coding":
+        if code_scorer is None:
+            from jaxtom.ctom.sandbox import score_coding as code_scorer
+        conv.score = code_scorer(conv.submission, task.tests or "") if conv.submission else 0.0
+    else:
+        conv.score = rouge_l_f1(conv.submission, task.reference) if conv.submission else 0.0
+    d = domain_settings(task.domain)
+    users = [text for role, text in conv.visible if role == "user" and text != END_SIGNAL]
+    assistant = [text for role, text in conv.visible if role == "assistant"]
+    conv.effort = effort_cost(len(users), sum(len(tok.encode(u)) for u in users),
+                              sum(len(tok.encode(a)) for a in assistant), N=d.max_rounds,
+                              B_u=d.user_budget, B_a=d.assistant_budget)
+    conv.reward = combined_reward(conv.score, conv.effort, w_effort=cfg.w_effort)
+
+
+def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimulator, tok,
+                      cfg: ControllerConfig, *, key: jax.Array, seed: int = 0,
+                      code_scorer=None) -> list[Conversation]:
+    """Runs one conversation per task (repeat a task G times for a GRPO group), batched."""
+    glue = P.ChatGlue.from_tokenizer(tok)
+    system = system_prompt(cfg.domain, categorical=cfg.categorical)
+    gens = [_conversation(t, cfg, tok, glue, system) for t in tasks]
+    results: list[Conversation | None] = [None] * len(tasks)
+    pending: dict[int, object] = {}
+
+    def advance(i, value):
+        try:
+            pending[i] = gens[i].send(value)
+        except StopIteration as stop:
+            results[i] = stop.value
+            pending.pop(i, None)
+
+    for i in range(len(gens)):
+        advance(i, None)
+    calls = 0
+    while pending:
+        sims = [(i, r) for i, r in pending.items() if isinstance(r, SimRequest)]
+        if sims:
+            replies = simulator.reply([r for _, r in sims], seed=seed + calls)
+            calls += 1
+            for (i, _), rep in zip(sims, replies):
+                advance(i, rep if isinstance(rep, SimReply) else SimReply(str(rep)))
+            continue
+        groups: dict[tuple, list[int]] = {}
+        for i, r in pending.items():
+            groups.setdefault((r.max_new_tokens, r.stop, r.kind), []).append(i)
+        (cap, stop, kind), rows = max(groups.items(), key=lambda kv: len(kv[1]))
+        outs = policy.generate([pending[i].tokens for i in rows], max_new_tokens=cap,
+                               stop=list(stop), kind=kind, key=jax.random.fold_in(key, calls))
+        calls += 1
+        for i, ids in zip(rows, outs):
+            advance(i, list(ids))
+    for conv in results:
+        if conv.failed is None:
+            score_conversation(conv, cfg, tok, code_scorer)
+    return results
