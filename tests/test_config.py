@@ -1,0 +1,59 @@
+"""Config loading, overrides and validation; `jaxtom train` rejects bad configs with exit 2."""
+
+from pathlib import Path
+
+import pytest
+
+from jaxtom import cli
+from jaxtom.config import ConfigError, apply_overrides, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = str(ROOT / "configs" / "toy_cpu.py")
+
+
+def test_toy_config_loads():
+    c = load_config(TOY)
+    assert c.task.name == "toy_token" and c.trainer.group_size >= 2
+
+
+def test_overrides_are_typed():
+    c = load_config(TOY, ["step.learning_rate=3e-4", "trainer.total_steps=7",
+                          "trainer.progress=false", "trainer.stop_tokens=(1, 2)",
+                          "mesh.data=-1", "trainer.workdir=/tmp/x"])
+    assert c.step.learning_rate == 3e-4 and c.trainer.total_steps == 7
+    assert c.trainer.progress is False and c.trainer.stop_tokens == (1, 2)
+    assert c.mesh.data == -1 and c.trainer.workdir == "/tmp/x"
+    assert isinstance(apply_overrides(c, ["step.kl_coef=1"]).step.kl_coef, float)
+
+
+@pytest.mark.parametrize("override, field, expected", [
+    ("step.learning_rate=abc", "step.learning_rate", "a number"),
+    ("step.learning_rate=-1", "step.learning_rate", "a positive number"),
+    ("trainer.group_size=1", "trainer.group_size", "an int >= 2"),
+    ("trainer.total_steps=2.5", "trainer.total_steps", "an int"),
+    ("trainer.progress=maybe", "trainer.progress", "true or false"),
+    ("step.reference=copy", "step.reference", "one of"),
+    ("step.learnin_rate=1", "step.learnin_rate", "a field of step"),
+    ("optim.lr=1", "optim.lr", "a section among"),
+    ("model.lora_rank=4", "step.lora", "must agree with model.lora_rank=4"),
+    ("model.num_heads=3", "model.num_heads", "a multiple of model.num_kv_heads"),
+    ("trainer.row_len=5", "trainer.row_len", ">= task.prompt_len + trainer.max_new_tokens"),
+    ("mesh.fsdp=0", "mesh", "positive sizes"),
+    ("model.path=/does/not/exist", "model.path", "an existing HF directory"),
+    ("learning_rate", "learning_rate", "section.field=value"),
+])
+def test_bad_config_one_line_exit_2_nothing_written(override, field, expected, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    with pytest.raises(ConfigError) as err:
+        load_config(TOY, [f"trainer.workdir={workdir}", override])
+    assert err.value.field == field and expected in err.value.expected
+    rc = cli.main(["train", TOY, f"trainer.workdir={workdir}", override])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(lines) == 1 and lines[0].startswith(f"config error: {field}: expected")
+    assert not workdir.exists()
+
+
+def test_missing_config_file(capsys):
+    assert cli.main(["train", "configs/nope.py"]) == 2
+    assert "config error: CONFIG: expected a path" in capsys.readouterr().err
