@@ -18,7 +18,7 @@ import numpy as np
 from jaxtom.gridworld import layout as layout_lib
 from jaxtom.gridworld.planner import SceneView, cell_of, helper_logits, human_log_policy
 from jaxtom.gridworld.types import (
-    ACTION_DELTAS, MOVES, NUM_ACTIONS, PICK, PUT, STAY, EnvParams, EnvState, Layout, Observation,
+    MOVES, NUM_ACTIONS, PICK, PUT, STAY, EnvParams, EnvState, Layout, Observation,
     observe,
 )
 
@@ -240,7 +240,6 @@ def step(key: jax.Array, state: EnvState, helper_action, params: EnvParams):
     return observe(new_state), new_state, reward, new_state.done, {"human_action": human_action}
 
 
-ACTION_NOOP = STAY
 __all__ = ["reset", "step", "transition", "init_state", "sample_human_action",
            "sample_helper_action", "human_action_log_probs", "goal_reached", "scene_view",
            "order_goal", "validate_action", "validate_goal", "state_from_ascii", "PICK", "PUT"]

@@ -49,7 +49,7 @@ def trajectory_step(state: EnvState, human_action, valid) -> Trajectory:
                       action=jnp.asarray(human_action, jnp.int32), valid=jnp.asarray(valid))
 
 
-def _step_log_likelihoods(layout, human_pos, human_holding, last_action, helper_holding,
+def step_goal_log_likelihoods(layout, human_pos, human_holding, last_action, helper_holding,
                           obj_pos, action, params: EnvParams) -> jnp.ndarray:
     """[G] floored log P(action | goal, state) for every ordered goal at one time step."""
     view = SceneView(layout, obj_pos, human_holding, helper_holding, params.width)
@@ -62,7 +62,7 @@ def goal_log_likelihoods(trajectory: Trajectory, params: EnvParams) -> jnp.ndarr
     """`[..., T, G]` per-step log-likelihoods of the human's actions under every ordered goal
     (G = K (K - 1) = 56); zero at invalid steps. Works on a single trajectory or any batch."""
     def one(traj: Trajectory):
-        per_step = jax.vmap(_step_log_likelihoods, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
+        per_step = jax.vmap(step_goal_log_likelihoods, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
             traj.layout, traj.human_pos, traj.human_holding, traj.human_last_action,
             traj.helper_holding, traj.obj_pos, traj.action, params)
         return jnp.where(traj.valid[:, None], per_step, 0.0)

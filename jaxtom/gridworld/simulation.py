@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtom.gridworld import env
-from jaxtom.gridworld.inference import Trajectory, _step_log_likelihoods, start_order_prior
+from jaxtom.gridworld.inference import Trajectory, step_goal_log_likelihoods, start_order_prior
 from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index, goal_pairs
 
 HELPERS = ("oracle", "bip", "random", "stay")
@@ -76,7 +76,7 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
             helper_action = env.sample_helper_action(k_helper, state, goals, probs, params)
         posterior_true = jax.nn.softmax(log_post)[true_goal]
         if track:
-            step_ll = _step_log_likelihoods(
+            step_ll = step_goal_log_likelihoods(
                 state.layout, state.human_pos, state.human_holding, state.human_last_action,
                 state.helper_holding, state.obj_pos, human_action, params)
             log_post = log_post + jnp.where(state.done, 0.0, step_ll)

@@ -4,7 +4,7 @@ import pytest
 
 from jaxtom.gridworld import episodes as episodes_lib
 from jaxtom.gridworld.inference import goal_posterior
-from jaxtom.gridworld.qa import accuracy, make_questions, qa_episodes
+from jaxtom.gridworld.qa import accuracy, qa_episodes
 from jaxtom.gridworld.types import COLORS, HELD_OUT_COLORS, HELD_OUT_SHAPES, SHAPES, EnvParams, goal_index
 
 

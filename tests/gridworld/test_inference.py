@@ -1,5 +1,4 @@
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -8,7 +7,6 @@ from jaxtom.gridworld.inference import goal_log_likelihoods, goal_posterior
 from jaxtom.gridworld.simulation import rollout_batch
 from jaxtom.gridworld.types import EnvParams
 
-from .conftest import unbatch
 
 
 def reference_states(traj, i, params):
