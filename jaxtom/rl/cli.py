@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 
 
@@ -52,7 +53,11 @@ def run(args) -> int:
     from jaxtom import parallel
     from jaxtom.rl.trainer import Trainer
 
-    parallel.initialize_distributed()
+    env = os.environ
+    parallel.initialize_distributed(
+        coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
+        num_processes=int(env["JAX_NUM_PROCESSES"]) if "JAX_NUM_PROCESSES" in env else None,
+        process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None)
     mesh = parallel.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     model = build_model(config, mesh)
     tasks, reward_fn = build_task(config)
