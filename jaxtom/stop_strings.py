@@ -50,7 +50,10 @@ def stop_table(stop: str, token_texts: Sequence[str]) -> np.ndarray:
     table = np.zeros((m, len(token_texts)), np.int16)
     first = set(stop)
     for tok, text in enumerate(token_texts):
-        if not text or first.isdisjoint(text):
+        if not text:
+            table[:, tok] = np.arange(m)  # an empty token (e.g. a special one) changes nothing
+            continue
+        if first.isdisjoint(text):
             continue  # state 0 from everywhere
         ref = list(_run(stop, fail, 0, text))  # the run from state 0
         table[0, tok] = ref[-1]

@@ -1,7 +1,7 @@
 """The stop-string automaton against a brute-force string search."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from jaxtom.stop_strings import MATCHED, find_stop, stop_table
 
@@ -21,6 +21,7 @@ def run_automaton(table, ids):
 @settings(max_examples=200, deadline=None)
 @given(stop=st.text(ALPHABET, min_size=1, max_size=5),
        ids=st.lists(st.integers(0, len(TOKENS) - 1), max_size=25))
+@example(stop="ab", ids=[0, 11, 1])  # an empty token between the halves must not reset the match
 def test_automaton_stops_exactly_where_the_text_first_contains_the_string(stop, ids):
     table = stop_table(stop, TOKENS)
     expected = next((i for i in range(len(ids))
