@@ -15,6 +15,7 @@ import sys
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("gridworld", "jaxtom.gridworld.cli"),
     ("generate", "jaxtom.models.cli"),
+    ("mindzero", "jaxtom.mindzero.cli"),
     ("train", "jaxtom.rl.cli"),
 )
 

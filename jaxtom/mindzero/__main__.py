@@ -1,0 +1,5 @@
+import sys
+
+from jaxtom.mindzero.cli import main
+
+sys.exit(main())

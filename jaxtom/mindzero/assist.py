@@ -1,0 +1,123 @@
+"""Proactive assistance driven online by a model's particles (MindZero section 5.2, Table 1a).
+
+All episodes x seeds run as one batch: at each step the rows whose human just did something
+other than pause (and that have not finished) re-query the model in one sampler call; the
+helper acts on the latest particles (`sample_helper_action`), and stays until a first valid
+belief exists. The human acts with `random_prob` randomness, drawing its keys exactly as
+`simulation.rollout` does, so the stationary-helper baseline from `rollout_batch(..., "stay")`
+sees the same human randomness. Speedup = T_stay / T_collab - 1 per episode and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtom.gridworld import env
+from jaxtom.gridworld.simulation import rollout_batch
+from jaxtom.gridworld.text import object_label
+from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index
+from jaxtom.mindzero.observation import get_observation
+from jaxtom.mindzero.particles import parse_particles
+from jaxtom.mindzero.policy import Codec, sample_completions
+
+
+@functools.partial(jax.jit, static_argnames=("params",))
+def _assist_step(keys, t, states: EnvState, goals, probs, has_belief, params: EnvParams):
+    def one(key, state, g, p, has):
+        k_human, k_helper = jax.random.split(jax.random.fold_in(key, t))
+        human = env.sample_human_action(k_human, state, params)
+        helper = jnp.where(has, env.sample_helper_action(k_helper, state, g, p, params), STAY)
+        return env.transition(state, human, helper, params)
+    return jax.vmap(one)(keys, states, goals, probs, has_belief)
+
+
+@dataclasses.dataclass
+class LiveView:
+    """The recorded history of live rows, shaped like `HostEpisodes` for the observations."""
+    labels: list
+    dist: np.ndarray
+    obj_cell: np.ndarray
+    human_cell: np.ndarray
+    holding: np.ndarray
+    start_cell: np.ndarray
+    length: np.ndarray
+
+    def distances(self, e, t):
+        return self.dist[e, self.human_cell[e, t], self.obj_cell[e, t]].astype(int)
+
+    def check_step(self, e, t):
+        if t < 1:
+            raise ValueError("a live row is queried after its first action")
+
+
+def _tile(tree, reps: int):
+    return jax.tree.map(lambda x: jnp.concatenate([x] * reps), tree)
+
+
+def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(10, 20, 30),
+           num_particles: int = 2, observation: str = "compact", max_new_tokens: int = 64):
+    """Runs the model-driven helper on every episode x seed; returns speedups [S, E], the
+    (row, t, correct) log of the argmax particle, and tokens per query."""
+    if observation != "compact":
+        raise NotImplementedError("online assistance renders the compact observation only; "
+                                  "the figure transcript needs the live EpisodeSet (TODO)")
+    render = get_observation(observation)
+    E, S, W = int(states.time.shape[0]), len(seeds), params.width
+    rows = S * E
+    keys = jnp.concatenate([jax.random.split(jax.random.key(s), E) for s in seeds])
+    live = _tile(states, S)
+    base_final, _, _, _ = rollout_batch(keys, live, params, "stay")
+    loop_keys = jax.vmap(lambda k: jax.random.split(k)[1])(keys)  # as rollout: k_random, key
+    color, shape = np.asarray(live.obj_color), np.asarray(live.obj_shape)
+    cell = lambda p: p[..., 1] * W + p[..., 0]  # noqa: E731
+    T = params.max_steps + 1
+    view = LiveView(labels=[[object_label(c, k) for c, k in zip(cs, ks)]
+                            for cs, ks in zip(color, shape)],
+                    dist=np.asarray(live.layout.dist), obj_cell=np.zeros((rows, T, 8), int),
+                    human_cell=np.zeros((rows, T), int), holding=np.zeros((rows, T), int),
+                    start_cell=cell(np.asarray(live.human_start)), length=np.full(rows, T))
+    goals = np.zeros((rows, num_particles, 2), np.int32)
+    goals[..., 1] = 1
+    probs = np.zeros((rows, num_particles), np.float32)
+    has = np.zeros(rows, bool)
+    true = np.array([int(goal_index(a, b, 8)) for a, b in np.asarray(live.goal)])
+    log, tokens = [], []
+    for t in range(params.max_steps):
+        host = jax.device_get((live.human_pos, live.obj_pos, live.human_holding,
+                               live.human_last_action, live.done))
+        pos, obj, holding, last, done = host
+        if done.all():
+            break
+        view.human_cell[:, t], view.obj_cell[:, t], view.holding[:, t] = (
+            cell(pos), cell(obj), holding)
+        need = np.flatnonzero(~done & (last != STAY)) if t >= 1 else np.array([], int)
+        if len(need):
+            prompts = [codec.prompt_ids(render(view, r, t, num_particles)) for r in need]
+            texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(t),
+                                                 temperature=0.0, max_new_tokens=max_new_tokens)
+            tokens.extend(n_tok.tolist())
+            for r, text in zip(need, texts):
+                parsed = parse_particles(text, view.labels[r], mode="eval",
+                                         num_particles=num_particles)
+                if parsed.ok:
+                    goals[r] = 0
+                    probs[r] = 0.0
+                    goals[r, :, 1] = 1
+                    for i, ((a, b), q) in enumerate(zip(parsed.pairs, parsed.q)):
+                        goals[r, i] = (a, b)
+                        probs[r, i] = q
+                    has[r] = True
+        for r in np.flatnonzero(~done & has):
+            best = int(np.argmax(probs[r]))
+            log.append((r, t, int(goal_index(*goals[r, best], 8)) == true[r]))
+        live = _assist_step(loop_keys, jnp.int32(t), live, jnp.asarray(goals), jnp.asarray(probs),
+                            jnp.asarray(has), params)
+    t_collab = np.asarray(live.time, np.float64).reshape(S, E)
+    t_base = np.asarray(base_final.time, np.float64).reshape(S, E)
+    return {"speedup": t_base / t_collab - 1.0, "t_collab": t_collab, "t_base": t_base,
+            "log": np.array(log).reshape(-1, 3), "tokens": np.array(tokens)}

@@ -1,0 +1,113 @@
+"""Online goal inference on held-out episodes, scored against the truth and the exact posterior.
+
+At every evaluated timestep t, all episodes still running are queried in one sampler call
+(greedy, as the public evaluation), parsed with the lenient eval rule, and turned into a
+distribution over the 56 ordered goals (a failed parse is a uniform guess and counts as wrong).
+Baselines run in the same harness on the same (episode, t): a random goal (one per episode, as
+the random helper), the exact Bayesian posterior (nearest-first prior, the model-based
+reference), and whatever other model is passed (the untrained, warm-up-only one).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from jaxtom.eval import metrics
+from jaxtom.gridworld import goal_index, goal_posterior, start_order_prior
+from jaxtom.gridworld.types import EnvParams, goal_pairs
+from jaxtom.mindzero.observation import HostEpisodes, get_observation
+from jaxtom.mindzero.particles import parse_particles
+from jaxtom.mindzero.policy import Codec, sample_completions
+
+
+def steps_to_score(view: HostEpisodes, stride: int = 1) -> list[tuple[int, int]]:
+    return [(e, t) for e in range(len(view)) for t in range(1, int(view.length[e]), stride)]
+
+
+def dense(particles, num_objects: int) -> np.ndarray:
+    """[G] goal distribution from a parse result (zeros for a failure)."""
+    out = np.zeros(num_objects * (num_objects - 1))
+    for (a, b), q in zip(particles.pairs, particles.q):
+        out[int(goal_index(a, b, num_objects))] += q
+    return out
+
+
+def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation: str,
+                  num_particles: int, max_new_tokens: int, num_objects: int = 8):
+    """[M, G] beliefs of a model at each (episode, t) row, plus tokens processed per query.
+    One sampler call per timestep for all episodes."""
+    render = get_observation(observation)
+    beliefs = np.zeros((len(rows), num_objects * (num_objects - 1)))
+    tokens = np.zeros(len(rows))
+    by_t: dict[int, list[int]] = {}
+    for i, (_, t) in enumerate(rows):
+        by_t.setdefault(t, []).append(i)
+    for t, idx in sorted(by_t.items()):
+        prompts = [codec.prompt_ids(render(view, rows[i][0], t, num_particles)) for i in idx]
+        texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(0),
+                                             temperature=0.0, max_new_tokens=max_new_tokens)
+        for i, text, n in zip(idx, texts, n_tok):
+            e = rows[i][0]
+            beliefs[i] = dense(parse_particles(text, view.labels[e], mode="eval",
+                                               num_particles=num_particles), num_objects)
+            tokens[i] = n
+    return beliefs, tokens
+
+
+def reference_beliefs(view: HostEpisodes, rows, params: EnvParams, seed: int = 0,
+                      num_particles: int = 2) -> dict[str, np.ndarray]:
+    """Baselines at the same rows: random goal, exact posterior (full and its top-N)."""
+    ep = view.episodes
+    exact_all = np.asarray(goal_posterior(ep.trajectories, params,
+                                          start_order_prior(ep.states, params)))  # [E, T, G]
+    G = params.num_goals
+    e_idx = np.array([e for e, _ in rows])
+    t_idx = np.array([t for _, t in rows])
+    exact = exact_all[e_idx, t_idx - 1]  # posterior after t actions
+    top = np.argsort(-exact, axis=-1)[:, :num_particles]
+    top_n = np.zeros_like(exact)
+    np.put_along_axis(top_n, top, np.take_along_axis(exact, top, -1), -1)
+    top_n /= top_n.sum(-1, keepdims=True)
+    rng = np.random.default_rng(seed)
+    random_goal = rng.integers(0, G, len(view))
+    rand = np.zeros_like(exact)
+    rand[np.arange(len(rows)), random_goal[e_idx]] = 1.0
+    return {"exact": exact, f"exact_top{num_particles}": top_n, "random": rand,
+            "uniform": np.full_like(exact, 1.0 / G)}
+
+
+def score_methods(beliefs: dict[str, np.ndarray], view: HostEpisodes, rows, exact,
+                  mix: float = 0.01, reference: str | None = None) -> dict:
+    """Per method: mean +- episode-clustered SE of each score, and (if `reference` is given)
+    the paired per-episode margin of `reference` over the method."""
+    e_idx = np.array([e for e, _ in rows])
+    true = np.array([int(goal_index(*view.goal[e], 8)) for e in e_idx])
+    per_row = {name: metrics.goal_scores(b, true, exact, mix) for name, b in beliefs.items()}
+    table = {}
+    for name, scores in per_row.items():
+        entry = {}
+        for k, v in scores.items():
+            entry[k], entry[k + "_se"] = metrics.cluster_mean_sem(v, e_idx)
+            if reference and name != reference:
+                d, se = metrics.paired_difference(per_row[reference][k], v, e_idx)
+                entry[k + "_margin"], entry[k + "_margin_se"] = d, se
+        table[name] = entry
+    return table, per_row
+
+
+def progress_curves(per_row: dict, view: HostEpisodes, rows, bins: int = 10) -> dict:
+    progress = np.array([t / float(view.length[e]) for e, t in rows])
+    return {name: metrics.accuracy_by_progress(progress, s["top1"], bins)
+            for name, s in per_row.items()}
+
+
+def qa_from_beliefs(belief: np.ndarray, option_goals, rng) -> int:
+    """Answer a QA question from a goal distribution: the option whose goal has more mass
+    (ties broken at random)."""
+    a, b = (belief[g] for g in option_goals)
+    return 0 if a > b else 1 if b > a else int(rng.integers(0, 2))
+
+
+__all__ = ["dense", "model_beliefs", "progress_curves", "qa_from_beliefs", "reference_beliefs",
+           "score_methods", "steps_to_score", "goal_pairs"]

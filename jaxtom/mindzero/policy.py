@@ -1,0 +1,88 @@
+"""The language-model side: tokenizer (trained BPE or a checkpoint's), prompt/completion
+encoding, and batched sampling of particle completions.
+
+The tiny CPU model reads `prompt <sep>` and writes `completion <eos>` with a byte-level BPE
+trained on project-generated prompts and particle JSON (no pre-tokenizer split, so the JSON
+boilerplate collapses into a few tokens and completions stay ~15 tokens). Chat models get their
+chat template instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from jaxtom.gridworld.types import COLORS, SHAPES
+from jaxtom.models.decoder import Decoder
+from jaxtom.sampling import generate
+from jaxtom.tokenizer import Tokenizer
+
+PAD, EOS, SEP = "<pad>", "<eos>", "<sep>"
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int, path: str | Path | None = None) -> Tokenizer:
+    """A byte-level BPE trained on `texts` (offline), with <pad>=0, <eos>, <sep> specials and
+    every colour and shape word as one added token."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, SEP],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(list(texts), trainer)
+    # object words are whole tokens wherever they occur (prompt or JSON), so copying a label
+    # from the observation into a particle is one token per word
+    tok.add_tokens(list(COLORS) + list(SHAPES))
+    if path is not None:
+        tok.save(str(path))
+    return Tokenizer(tok, chat_format=None, eos_tokens=(EOS,))
+
+
+def load_bpe(path: str | Path) -> Tokenizer:
+    return Tokenizer.from_file(path, chat_format=None, eos_tokens=(EOS,))
+
+
+@dataclasses.dataclass
+class Codec:
+    """How prompts and completions become token ids for one tokenizer."""
+    tokenizer: Tokenizer
+    chat: bool = False
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return self.tokenizer.eos_token_ids
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.token_to_id(PAD)
+        return 0 if pad is None else pad
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        if self.chat:
+            return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
+        return self.tokenizer.encode(prompt) + [self.tokenizer.token_to_id(SEP)]
+
+    def completion_ids(self, completion: str) -> list[int]:
+        return self.tokenizer.encode(completion) + list(self.eos_ids[:1])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids if int(i) not in self.eos_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def sample_completions(model: Decoder, codec: Codec, prompts: Sequence[Sequence[int]], *,
+                       key: jax.Array, temperature: float, max_new_tokens: int):
+    """One sampler call for all rows: (texts, generated token lists incl. the stop token,
+    prompt + generated token counts)."""
+    out = generate(model, list(prompts), max_new_tokens=max_new_tokens, temperature=temperature,
+                   key=key, stop=list(codec.eos_ids), pad_id=codec.pad_id)
+    seqs = out.sequences()
+    texts = [codec.decode(s) for s in seqs]
+    tokens = np.array([len(p) + len(s) for p, s in zip(prompts, seqs)])
+    return texts, seqs, tokens
