@@ -79,6 +79,7 @@ class MindZeroConfig:
     seed: int = 0
     run_dir: str = "runs/mindzero"
     dtype: str = "float32"
+    mesh: tuple[int, int, int] = (1, 1, 1)  # (data, fsdp, tensor) devices for the update step
     model: ModelSpec = ModelSpec()
     data: DataSpec = DataSpec()
     warmup: WarmupSpec = WarmupSpec()

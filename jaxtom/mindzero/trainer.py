@@ -35,6 +35,14 @@ from jaxtom.tokenizer import Tokenizer
 _elbo = jax.jit(elbo_reward, static_argnames=("cfg",))
 
 
+def make_mesh(cfg: MindZeroConfig):
+    """The update step's mesh from `cfg.mesh` (None: one device)."""
+    if cfg.mesh == (1, 1, 1):
+        return None
+    from jaxtom import parallel
+    return parallel.make_mesh(*cfg.mesh)
+
+
 def env_params(cfg: MindZeroConfig) -> EnvParams:
     return EnvParams(max_steps=cfg.data.max_steps)
 
@@ -125,7 +133,7 @@ def warmup(cfg, model, codec, view, writer, progress=True):
     """Supervised format warm-up on label-free random particles; returns the model."""
     from tqdm import tqdm
     w = cfg.warmup
-    learner = Learner(model, step_config(cfg, warmup=True))
+    learner = Learner(model, step_config(cfg, warmup=True), mesh=make_mesh(cfg))
     state = learner.init_state(model, cfg.seed)
     ds = iter(data_lib.timestep_dataset(view, batch_size=w.batch_size, seed=cfg.seed + 1,
                                         observation=cfg.data.observation,
@@ -180,7 +188,7 @@ def train(cfg: MindZeroConfig, progress: bool = True) -> dict:
 
     r, n = cfg.rl, cfg.data.num_particles
     table = cumulative_log_likelihoods(train_eps.trajectories, params)  # [E, T+1, G]
-    learner = Learner(model, step_config(cfg, warmup=False))
+    learner = Learner(model, step_config(cfg, warmup=False), mesh=make_mesh(cfg))
     state = learner.init_state(model, cfg.seed)
     ds = iter(data_lib.timestep_dataset(view, batch_size=r.prompts_per_step, seed=cfg.seed,
                                         observation=cfg.data.observation, num_particles=n,

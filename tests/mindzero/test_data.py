@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from jaxtom.mindzero import data as data_lib, parse_particles
+from jaxtom.mindzero.observation import HostEpisodes, compact_observation, get_observation
+from jaxtom.mindzero.policy import Codec, train_bpe
+
+
+@pytest.fixture(scope="module")
+def view(episodes):
+    return HostEpisodes.from_episodes(episodes)
+
+
+def test_records_cover_every_step(view):
+    records = data_lib.timestep_records(view)
+    assert len(records) == int(sum(view.length - 1))
+    assert all(1 <= t < view.length[e] for e, t in records)
+
+
+def test_grain_pipeline_is_deterministic_and_label_free(view):
+    ds = data_lib.timestep_dataset(view, batch_size=8, seed=3, epochs=1)
+    first = [b for _, b in zip(range(3), ds)]
+    again = [b for _, b in zip(range(3), data_lib.timestep_dataset(view, batch_size=8, seed=3,
+                                                                   epochs=1))]
+    assert all((a["t"] == b["t"]).all() and list(a["prompt"]) == list(b["prompt"])
+               for a, b in zip(first, again))
+    assert set(first[0]) == {"episode", "t", "prompt"}  # nothing about goals
+    other = next(iter(data_lib.timestep_dataset(view, batch_size=8, seed=4, epochs=1)))
+    assert not (other["episode"] == first[0]["episode"]).all() or not (
+        other["t"] == first[0]["t"]).all()
+
+
+def test_compact_observation(view):
+    text = compact_observation(view, 0, 3, 2)
+    assert text.startswith("n=2 hold none | ")
+    assert text.count("|") == 8
+    with pytest.raises(ValueError, match="timestep"):
+        compact_observation(view, 0, 0, 2)
+    with pytest.raises(ValueError, match="unknown observation"):
+        get_observation("image")
+
+
+def test_figure_observation_is_the_paper_prompt(view):
+    text = get_observation("figure")(view, 1, 4, 2)
+    assert "Please output the minified JSON." in text and "t=4:" in text
+
+
+def test_warmup_targets_are_valid_and_never_the_true_goal(view):
+    rng = np.random.default_rng(0)
+    for e in range(len(view)):
+        true = tuple(view.goal[e])
+        for _ in range(20):
+            parsed = parse_particles(data_lib.warmup_target(view, e, 2, rng), view.labels[e],
+                                     num_particles=2)
+            assert parsed.ok
+            assert true not in parsed.pairs and true[::-1] not in parsed.pairs
+
+
+def test_bpe_codec_round_trip(view):
+    rng = np.random.default_rng(0)
+    texts = [compact_observation(view, e, t, 2) for e, t in data_lib.timestep_records(view, 4)]
+    texts += [data_lib.warmup_target(view, e, 2, rng) for e in range(len(view))]
+    codec = Codec(train_bpe(texts, 420))
+    target = data_lib.warmup_target(view, 0, 2, rng)
+    ids = codec.completion_ids(target)
+    assert ids[-1] in codec.eos_ids and codec.decode(ids) == target
+    assert len(ids) < 50  # JSON boilerplate collapses
+    brown = codec.tokenizer.token_to_id("brown")
+    assert brown is not None and brown in codec.tokenizer.encode('{"color":"brown"')
