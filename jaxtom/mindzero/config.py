@@ -35,6 +35,8 @@ class DataSpec:
     train_episodes: int = 1000
     eval_episodes: int = 20
     split: str = "labels"  # labels: held-out labels + layouts (paper); episodes: new episodes
+    label_set: str = "all"  # all: random labels per episode; figure7: always the 8 colored
+    # squares of Figure 7 (same words every episode), for models trained from scratch
     observation: str = "figure"  # figure | compact
     num_particles: int = 2
     stride: int = 1  # every stride-th timestep of an episode
@@ -93,6 +95,11 @@ class MindZeroConfig:
                              f"{self.data.observation!r}")
         if self.data.split not in ("labels", "episodes"):
             raise ValueError(f"data.split must be labels or episodes, got {self.data.split!r}")
+        if self.data.label_set not in ("all", "figure7"):
+            raise ValueError(f"data.label_set must be all or figure7, got {self.data.label_set!r}")
+        if self.data.label_set == "figure7" and self.data.split == "labels":
+            raise ValueError("data.label_set='figure7' fixes the labels, so it needs "
+                             "data.split='episodes'")
         if self.model.kind not in ("tiny", "hf", "gguf"):
             raise ValueError(f"model.kind must be tiny, hf or gguf, got {self.model.kind!r}")
         if self.rl.samples_per_prompt < 2:

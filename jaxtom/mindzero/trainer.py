@@ -60,6 +60,8 @@ def make_episodes(cfg: MindZeroConfig):
         test = generate_episodes(k_eval, split_params(params, "test"), d.eval_episodes,
                                  batch_size=1024, exclude_layouts=layout_keys(train))
     else:
+        if d.label_set == "figure7":  # brown, pink, red, blue, green, yellow, orange, purple
+            params = params.replace(colors=tuple(range(params.num_objects)), shapes=(0,))
         train = generate_episodes(k_train, params, d.train_episodes, batch_size=1024)
         test = generate_episodes(k_eval, params, d.eval_episodes, batch_size=1024,
                                  exclude_layouts=layout_keys(train))

