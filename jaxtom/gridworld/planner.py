@@ -51,63 +51,28 @@ def relative_discount(steps: jnp.ndarray, params: EnvParams, axis: int = -1) -> 
     return jnp.exp(fewest * log_gamma) * jnp.expm1((steps - fewest) * log_gamma)
 
 
-class MoveSteps(NamedTuple):
-    """Step counts of the four moves under each hypothesis, factored as `fewest` [...] plus a
-    per-move excess `delta` [..., 4] (broadcastable: one row per object, not per goal)."""
+def move_log_probs(steps: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
+    """The human's Boltzmann log-probabilities over the four moves from their step counts
+    (last axis), equal to `log_softmax(scale * relative_discount(steps))`.
 
-    fewest: jnp.ndarray
-    delta: jnp.ndarray
-
-
-def factor_steps(steps: jnp.ndarray) -> MoveSteps:
-    fewest = jnp.min(steps, axis=-1)
-    return MoveSteps(fewest, steps - fewest[..., None])
-
-
-class Boltzmann(NamedTuple):
-    """The human's Boltzmann policy over the four moves, in closed form.
-
-    Shortest-path distance is 1-Lipschitz, so the four neighbours of one cell exceed the fewest
-    steps `m` by 0, 1 or 2 (or are all unreachable alike). Each hypothesis therefore has only
-    three distinct logits, `0 > a1 > a2` with `a_k = scale gamma^m (gamma^k - 1)`, and the
-    normaliser is `log(n0 + n1 e^a1 + n2 e^a2)`: three transcendentals per hypothesis. The
-    per-move excess comes from one of two patterns (carrying or not) that broadcast per object,
-    and is only selected per hypothesis once a move is picked -- the likelihood's hot loop."""
-
-    use_first: jnp.ndarray  # [...] which pattern applies to each hypothesis
-    first: jnp.ndarray  # [..., 4] excess steps per move (broadcastable)
-    second: jnp.ndarray  # [..., 4]
-    a1: jnp.ndarray  # [...]
-    a2: jnp.ndarray
-    log_norm: jnp.ndarray
-
-    @staticmethod
-    def build(use_first, first: MoveSteps, second: MoveSteps, params: EnvParams) -> "Boltzmann":
-        log_gamma = np.float64(np.log(np.float64(params.gamma)))
-        fewest = jnp.where(use_first, first.fewest, second.fewest).astype(jnp.float32)
-        base = logit_scale(params, params.human_tau) * jnp.exp(fewest * np.float32(log_gamma))
-        a1 = base * np.float32(np.expm1(log_gamma))
-        a2 = base * np.float32(np.expm1(2 * log_gamma))
-        count = lambda pick: jnp.where(  # noqa: E731
-            use_first, jnp.sum(pick(first.delta), -1), jnp.sum(pick(second.delta), -1))
-        n1 = count(lambda d: d == 1)
-        n2 = count(lambda d: d >= 2)
-        log_norm = jnp.log((4 - n1 - n2) + n1 * jnp.exp(a1) + n2 * jnp.exp(a2))
-        return Boltzmann(use_first, first.delta, second.delta, a1, a2, log_norm)
-
-    def _logit(self, delta, a1, a2):
-        return jnp.where(delta == 0, 0.0, jnp.where(delta == 1, a1, a2))
-
-    def log_probs(self) -> jnp.ndarray:
-        """[..., 4] log-probabilities of up, down, left, right."""
-        delta = jnp.where(self.use_first[..., None], self.first, self.second)
-        return self._logit(delta, self.a1[..., None], self.a2[..., None]) - self.log_norm[..., None]
-
-    def log_prob_of(self, move_index) -> jnp.ndarray:
-        """[...] log-probability of one move (0..3 = up, down, left, right)."""
-        column = lambda d: jnp.sum(jnp.where(jnp.arange(4) == move_index, d, 0), axis=-1)  # noqa: E731
-        delta = jnp.where(self.use_first, column(self.first), column(self.second))
-        return self._logit(delta, self.a1, self.a2) - self.log_norm
+    Shortest-path distance is 1-Lipschitz, so the four neighbours of one cell differ from the
+    fewest steps `m` by 0, 1 or 2 (or are all unreachable alike). Each hypothesis therefore has
+    only three distinct logits, `0 > a1 > a2` with `a_k = scale gamma^m (gamma^k - 1)`, and the
+    normaliser is `log(n0 + n1 e^a1 + n2 e^a2)`: three transcendentals per hypothesis instead
+    of a dozen, which is what the likelihood's hot loop spends its time on."""
+    log_gamma = np.float64(np.log(np.float64(params.gamma)))
+    scale = logit_scale(params, params.human_tau)
+    steps = steps.astype(jnp.float32)
+    fewest = jnp.min(steps, axis=-1, keepdims=True)
+    delta = steps - fewest
+    base = scale * jnp.exp(fewest * np.float32(log_gamma))
+    a1 = base * np.float32(np.expm1(log_gamma))
+    a2 = base * np.float32(np.expm1(2 * log_gamma))
+    logits = jnp.where(delta == 0, 0.0, jnp.where(delta == 1, a1, a2))
+    n1 = jnp.sum(delta == 1, axis=-1, keepdims=True)
+    n2 = jnp.sum(delta >= 2, axis=-1, keepdims=True)
+    n0 = steps.shape[-1] - n1 - n2
+    return logits - jnp.log(n0 + n1 * jnp.exp(a1) + n2 * jnp.exp(a2))
 
 
 class SceneView:
@@ -148,7 +113,7 @@ class SceneView:
 class HumanPolicyParts(NamedTuple):
     """The pieces of the human's policy under each hypothesis, before assembly."""
 
-    moves: Boltzmann  # the move policy (used unless an action is forced)
+    move_logp: jnp.ndarray  # [..., 4] Boltzmann log-probabilities of up/down/left/right
     forced_pick: jnp.ndarray  # [...] bool
     forced_put: jnp.ndarray
     pause: jnp.ndarray
@@ -176,12 +141,11 @@ def human_policy_parts(view: SceneView, human_cell, holding, last_action, object
         o1 = jnp.arange(num_objects)[:, None]
         per_o1 = lambda table: table[:, None]  # noqa: E731
         per_o2 = lambda table: table[None, :]  # noqa: E731
-        to_object = factor_steps(view.distance(move_cells[None, :], view.obj_cell[:, None]))
+        to_object = view.distance(move_cells[None, :], view.obj_cell[:, None])  # [K, 4]
         gap = jnp.maximum(view.distance(view.obj_cell[:, None], view.obj_cell[None, :]) - 1, 0)
-        to_adjacent = factor_steps(
-            view.distance_to_adjacent(move_cells[None, :], jnp.arange(num_objects)[:, None]))
-        seek = MoveSteps(per_o1(to_object.fewest) + gap, per_o1(to_object.delta))  # [K,K], [K,1,4]
-        carry = MoveSteps(per_o2(to_adjacent.fewest), per_o2(to_adjacent.delta))  # [1,K], [1,K,4]
+        to_adjacent = view.distance_to_adjacent(move_cells[None, :], jnp.arange(num_objects)[:, None])
+        seek_steps = per_o1(to_object) + gap[..., None]
+        carry_steps = per_o2(to_adjacent)
     else:
         object1, object2 = jnp.asarray(object1), jnp.asarray(object2)
         shape = jnp.broadcast_shapes(object1.shape, object2.shape)
@@ -190,18 +154,18 @@ def human_policy_parts(view: SceneView, human_cell, holding, last_action, object
         per_o1 = lambda table: table[o1]  # noqa: E731
         per_o2 = lambda table: table[o2]  # noqa: E731
         # Empty-handed: head for object1.
-        seek = factor_steps(view.distance(move_cells, view.obj_cell[o1][..., None]) + jnp.maximum(
-            view.distance(view.obj_cell[o1], view.obj_cell[o2]) - 1, 0)[..., None])
+        seek_steps = view.distance(move_cells, view.obj_cell[o1][..., None]) + jnp.maximum(
+            view.distance(view.obj_cell[o1], view.obj_cell[o2]) - 1, 0)[..., None]
         # Carrying object1: head for a free cell next to object2.
-        carry = factor_steps(view.distance_to_adjacent(move_cells, o2[..., None]))
+        carry_steps = view.distance_to_adjacent(move_cells, o2[..., None])
 
     carrying = jnp.broadcast_to(holding == o1, shape)
-    moves = Boltzmann.build(carrying, carry, seek, params)
+    steps = jnp.where(carrying[..., None], carry_steps, seek_steps)
     next_to_o2 = per_o2(view.manhattan_to_object(human_cell, jnp.arange(num_objects)) == 1)
     forced_put = carrying & ~view.occupied(human_cell) & next_to_o2
     on_o1 = per_o1(view.on_ground & (view.obj_cell == human_cell))
     return HumanPolicyParts(
-        moves=moves,
+        move_logp=move_log_probs(steps, params),
         forced_pick=jnp.broadcast_to((holding < 0) & on_o1, shape),
         forced_put=forced_put,
         pause=carrying & jnp.isin(last_action, _MOVE_IDS) & ~forced_put,  # putting comes first
@@ -225,7 +189,7 @@ def human_log_policy(view: SceneView, human_cell, holding, last_action, object1,
     """
     parts = human_policy_parts(view, human_cell, holding, last_action, object1, object2, params)
     shape = parts.pause.shape
-    logp = jnp.full(shape + (NUM_ACTIONS,), NEG_INF).at[..., _MOVE_IDS].set(parts.moves.log_probs())
+    logp = jnp.full(shape + (NUM_ACTIONS,), NEG_INF).at[..., _MOVE_IDS].set(parts.move_logp)
 
     def only(action):
         return jnp.where(jnp.arange(NUM_ACTIONS) == action, 0.0, NEG_INF)
@@ -243,7 +207,7 @@ def human_action_log_prob(view: SceneView, human_cell, holding, last_action, act
     policy as `human_log_policy`, without materialising the other six actions."""
     parts = human_policy_parts(view, human_cell, holding, last_action, object1, object2, params)
     is_move = jnp.isin(action, _MOVE_IDS)
-    moved = parts.moves.log_prob_of(action - 1)
+    moved = parts.move_logp[..., jnp.clip(action - 1, 0, 3)]
     forced = parts.forced_pick | parts.forced_put | parts.pause
     forced_match = (parts.forced_pick & (action == PICK)) | (parts.forced_put & (action == PUT)) | (
         parts.pause & (action == STAY))
