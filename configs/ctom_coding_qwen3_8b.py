@@ -23,7 +23,8 @@ def get_config() -> Config:
     return Config(
         model=ModelSection(path=os.environ.get("QWEN3_8B", ""), family="qwen3",
                            vocab_size=151936, dtype="bfloat16", lora_rank=32, lora_alpha=32.0),
-        task=TaskSection(name="jaxtom.ctom.train:CToMTrainer", prompt_len=1, target_token=0),
+        task=TaskSection(name="jaxtom.ctom.train:generic_trainer_unsupported", prompt_len=1,
+                         target_token=0),
         step=StepConfig(learning_rate=1e-4, total_steps=STEPS, kl_coef=0.01, lambda_pred=1.0,
                         micro_batches=3, lora=True),
         trainer=TrainerConfig(workdir=f"runs/ctom_{DOMAIN}_qwen3_8b", total_steps=STEPS,

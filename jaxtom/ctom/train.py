@@ -118,6 +118,13 @@ class CToMTrainer(Trainer):
         return state, out
 
 
+def generic_trainer_unsupported(config):
+    """`task.name` of CToM configs: the single-completion trainer cannot run CToM."""
+    raise ValueError("task.name: a CToM config needs the multi-phase CToM trainer; run it with "
+                     "jaxtom.ctom.train.train_from_config(CONFIG, overrides) (the `jaxtom train` "
+                     "command dispatches configs that define ctom_settings() there)")
+
+
 def train_from_config(path: str | Path, overrides: Sequence[str] = ()):
     """`jaxtom train` for a CToM config: returns the final TrainState."""
     config, settings = load_ctom_config(path, overrides)
