@@ -20,7 +20,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
-from jaxtom.models.decoder import CACHE_AXES, Decoder, KVCache
+from jaxtom.models.decoder import CACHE_AXES, CACHE_SEQ_AXIS, Decoder, KVCache
 from jaxtom.stop_strings import MATCHED, find_stop, stop_tables
 
 
@@ -85,6 +85,9 @@ def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, 
         return hit, sstate
 
     logits, cache = model.forward_cached(tokens, cache, starts)
+    # the decode loop runs on per-layer weights and caches: see Decoder.forward_layers_cached
+    layers = model.layer_arrays()
+    cache = (tuple(cache.k), tuple(cache.v))
     last = jnp.take_along_axis(logits, (chunk_lens - 1)[:, None, None], axis=1)[:, 0]
     key, sub = jax.random.split(key)
     tok, lp = choose_tokens(last, sub, temperature, top_k, top_p, use_filter, greedy)
@@ -100,7 +103,9 @@ def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, 
 
     def body(c):
         step, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen, key = c
-        logits, cache = model.forward_cached(tok[:, None], cache, lengths)
+        logits, keys, values = model.forward_layers_cached(tok[:, None], cache[0], cache[1],
+                                                           lengths, layers)
+        cache = (tuple(keys), tuple(values))
         lengths = lengths + (~done).astype(jnp.int32)
         key, sub = jax.random.split(key)
         new, lp = choose_tokens(logits[:, 0], sub, temperature, top_k, top_p, use_filter,
@@ -118,6 +123,7 @@ def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, 
 
     _, cache, lengths, tok, _, finished, _, out_tok, out_lp, n_gen, _ = jax.lax.while_loop(
         cond, body, carry)
+    cache = KVCache(jnp.stack(cache[0]), jnp.stack(cache[1]))
     return out_tok, out_lp, n_gen, finished, cache, lengths, tok
 
 
@@ -218,7 +224,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         raise ValueError(f"prompt of {longest - max_new_tokens} tokens plus max_new_tokens="
                          f"{max_new_tokens} exceeds the cache length {limit}")
     S = _bucket(need, 64)
-    if resume is not None and resume.cache.k.shape[2] >= need:
+    if resume is not None and resume.cache.k.shape[CACHE_SEQ_AXIS] >= need:
         cache = resume.cache
     else:
         cache = KVCache.zeros(cfg, B, S) if resume is None else _grow(resume.cache, B, S)
@@ -257,5 +263,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
 
 def _grow(cache: KVCache, batch: int, length: int) -> KVCache:
     """Pads a resumed cache to more slots (and padded batch rows) when it is too short."""
-    pad = ((0, 0), (0, batch - cache.k.shape[1]), (0, length - cache.k.shape[2]), (0, 0), (0, 0))
+    pad = [(0, 0)] * cache.k.ndim
+    pad[1] = (0, batch - cache.k.shape[1])
+    pad[CACHE_SEQ_AXIS] = (0, length - cache.k.shape[CACHE_SEQ_AXIS])
     return KVCache(jnp.pad(cache.k, pad), jnp.pad(cache.v, pad))

@@ -1,9 +1,11 @@
 """One Flax NNX decoder for the Llama 3 family and Qwen3.
 
-Layer parameters are stacked on a leading `layers` axis and the forward pass is a
-`lax.scan` over them: a 30-layer model compiles as fast as a 1-layer one, and the KV cache
-is one array per K/V that the scan updates in place. Parameter names follow Hugging Face so
-that loading and saving are a transpose, not a translation table.
+Layer parameters are stacked on a leading `layers` axis and the full forward pass is a
+`lax.scan` over them, so a 30-layer model compiles as fast as a 1-layer one. The cached
+(sampling) forward instead unrolls the layers over per-layer weights and caches: inside a
+decode loop a scan re-copies every layer's weights and cache slice on every step, which
+costs more than the whole step's arithmetic at small sizes. Parameter names follow Hugging
+Face so that loading and saving are a transpose, not a translation table.
 """
 
 from __future__ import annotations
@@ -36,18 +38,23 @@ def linear_shape(cfg: ModelConfig, name: str) -> tuple[int, int]:
 
 
 class KVCache(NamedTuple):
-    """Keys and values for every layer: [layers, batch, max_len, kv_heads, head_dim]."""
+    """Keys and values for every layer: [layers, batch, kv_heads, max_len, head_dim].
+
+    Heads before slots, so that attention reads each (row, head) block of the cache as one
+    contiguous matrix instead of transposing the whole cache on every step.
+    """
     k: jax.Array
     v: jax.Array
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, batch: int, max_len: int) -> "KVCache":
-        shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
         dtype = jnp.dtype(cfg.compute_dtype)
         return cls(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 
-CACHE_AXES = ("layers", "batch", "cache_seq", "kv_heads", "head_dim")
+CACHE_AXES = ("layers", "batch", "kv_heads", "cache_seq", "head_dim")
+CACHE_SEQ_AXIS = 3  # slots axis of KVCache.k / .v
 
 
 def _param(rngs, shape, axes, dtype, init="normal", scale=0.02):
@@ -126,21 +133,27 @@ def _linear(p: dict, name: str, x: jax.Array, lora_scale: dict) -> jax.Array:
     return y
 
 
-def attention(q, k, v, mask, cfg: ModelConfig) -> jax.Array:
-    """Grouped-query attention; q [B,T,H,hd], k/v [B,S,K,hd], mask [B,T,S] -> [B,T,H*hd]."""
+def attention(q, k, v, mask, cfg: ModelConfig, heads_first: bool = False) -> jax.Array:
+    """Grouped-query attention; q [B,T,H,hd], k/v [B,S,K,hd], mask [B,T,S] -> [B,T,H*hd].
+
+    `heads_first`: k/v are laid out [B,K,S,hd] (the KV cache's layout).
+    """
     B, T = q.shape[:2]
     K, G = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads
     q = q.reshape(B, T, K, G, cfg.head_dim)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32)
+    kv = "bksd" if heads_first else "bskd"
+    scores = jnp.einsum(f"btkgd,{kv}->bkgts", q, k).astype(jnp.float32)
     scores = scores * (cfg.head_dim ** -0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    out = jnp.einsum(f"bkgts,{kv}->btkgd", probs, v)
     return out.reshape(B, T, cfg.num_heads * cfg.head_dim)
 
 
-def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write):
-    """One block. `kv_write(k, v)` stores the new keys/values and returns (keys, values, mask)."""
+def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
+                  heads_first: bool = False):
+    """One block. `kv_write(k, v)` stores the new keys/values and returns (keys, values, mask);
+    `heads_first` says the keys/values it returns are [B,K,S,hd] rather than [B,S,K,hd]."""
     B, T, _ = h.shape
     x = rms_norm(h, p["input_layernorm"], cfg.rms_norm_eps)
     q = _linear(p, "q_proj", x, lora_scale).reshape(B, T, cfg.num_heads, cfg.head_dim)
@@ -151,10 +164,17 @@ def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write):
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys, values, mask = kv_write(k, v)
-    h = h + _linear(p, "o_proj", attention(q, keys, values, mask, cfg), lora_scale)
+    h = h + _linear(p, "o_proj", attention(q, keys, values, mask, cfg, heads_first), lora_scale)
     x = rms_norm(h, p["post_attention_layernorm"], cfg.rms_norm_eps)
     gate = jax.nn.silu(_linear(p, "gate_proj", x, lora_scale))
     return h + _linear(p, "down_proj", gate * _linear(p, "up_proj", x, lora_scale), lora_scale)
+
+
+def _write_rows(cache: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
+    """Writes new keys/values [B, T, K, hd] into one layer's cache [B, K, S, hd] at starts[b]."""
+    new = jnp.swapaxes(new, 1, 2).astype(cache.dtype)
+    return jax.vmap(lambda c, u, s: jax.lax.dynamic_update_slice_in_dim(c, u, s, 1))(
+        cache, new, starts)
 
 
 class Decoder(nnx.Module):
@@ -207,33 +227,39 @@ class Decoder(nnx.Module):
         h, _ = jax.lax.scan(body, self._embed(input_ids), self.layers.arrays())
         return self._logits(h)
 
+    def layer_arrays(self) -> list[dict[str, jax.Array]]:
+        """Each layer's parameters as separate arrays (slice once, outside any decode loop)."""
+        arrays = self.layers.arrays()
+        return [{k: v[i] for k, v in arrays.items()} for i in range(self.config.num_layers)]
+
     def forward_cached(self, tokens: jax.Array, cache: KVCache, starts: jax.Array
                        ) -> tuple[jax.Array, KVCache]:
         """Runs `tokens` [B, T] at per-row cache offsets `starts` [B]; returns logits, cache.
 
         Row b's tokens occupy cache slots starts[b] .. starts[b]+T-1 and see every slot at or
-        before their own position, so prefill, decode and resumption are the same call.
+        before their own position, so prefill, decode and resumption are the same call. The
+        layers run as a scan (cheap to compile); a decode loop should use
+        `forward_layers_cached` instead.
         """
         cfg = self.config
         B, T = tokens.shape
-        S = cache.k.shape[2]
+        S = cache.k.shape[CACHE_SEQ_AXIS]
         positions = starts[:, None] + jnp.arange(T)[None, :]
         cos, sin = self._rope(positions)
         mask = jnp.arange(S)[None, None, :] <= positions[:, :, None]
         lora_scale = dict(self.layers.lora_scale)
-        write_rows = jax.vmap(lambda c, u, s: jax.lax.dynamic_update_slice_in_dim(c, u, s, 0))
 
         def body(carry, xs):
             h, ck, cv = carry
             p, i = xs
 
             def kv_write(k, v):
-                lk = write_rows(ck[i], k.astype(ck.dtype), starts)
-                lv = write_rows(cv[i], v.astype(cv.dtype), starts)
+                lk = _write_rows(ck[i], k, starts)
+                lv = _write_rows(cv[i], v, starts)
                 kv_write.out = (lk, lv)
                 return lk.astype(k.dtype), lv.astype(v.dtype), mask
 
-            h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write)
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write, heads_first=True)
             lk, lv = kv_write.out
             ck = jax.lax.dynamic_update_index_in_dim(ck, lk, i, 0)
             cv = jax.lax.dynamic_update_index_in_dim(cv, lv, i, 0)
@@ -242,6 +268,31 @@ class Decoder(nnx.Module):
         xs = (self.layers.arrays(), jnp.arange(cfg.num_layers))
         (h, ck, cv), _ = jax.lax.scan(body, (self._embed(tokens), cache.k, cache.v), xs)
         return self._logits(h), KVCache(ck, cv)
+
+    def forward_layers_cached(self, tokens, keys, values, starts, layers):
+        """`forward_cached` on per-layer caches and weights: (logits, keys, values).
+
+        `keys`/`values` are sequences of [B, K, S, hd] arrays and `layers` is `layer_arrays()`.
+        The layer loop is unrolled: a decode loop that carries per-layer arrays updates each
+        cache in place and never copies weights out of the layer stack.
+        """
+        cfg = self.config
+        B, T = tokens.shape
+        S = keys[0].shape[2]
+        positions = starts[:, None] + jnp.arange(T)[None, :]
+        cos, sin = self._rope(positions)
+        mask = jnp.arange(S)[None, None, :] <= positions[:, :, None]
+        lora_scale = dict(self.layers.lora_scale)
+        h = self._embed(tokens)
+        keys, values = list(keys), list(values)
+        for i, p in enumerate(layers):
+            def kv_write(k, v, i=i):
+                keys[i] = _write_rows(keys[i], k, starts)
+                values[i] = _write_rows(values[i], v, starts)
+                return keys[i].astype(k.dtype), values[i].astype(v.dtype), mask
+
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write, heads_first=True)
+        return self._logits(h), keys, values
 
 
 def init_decoder(cfg: ModelConfig, seed: int = 0) -> Decoder:
