@@ -14,6 +14,7 @@ from jaxtom.ctom.effort import domain_settings
 from jaxtom.ctom.train import CToMSettings
 from jaxtom.rl.step import StepConfig
 
+TRAINER = "jaxtom.ctom.train:train_from_config"  # multi-turn rollouts: CToM's own trainer
 DOMAIN = "coding"
 W_EFFORT = 0.01
 STEPS = {"math": 180, "coding": 208, "writing": 208}[DOMAIN]

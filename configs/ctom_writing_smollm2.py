@@ -14,6 +14,7 @@ from jaxtom.rl.step import StepConfig
 
 # one row per micro-batch keeps CPU memory of the 30-layer backward near 8 GB
 ROW_LEN = {"math": 896, "coding": 1280, "writing": 1024}
+TRAINER = "jaxtom.ctom.train:train_from_config"  # multi-turn rollouts: CToM's own trainer
 DOMAIN = "writing"
 
 

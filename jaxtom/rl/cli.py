@@ -42,10 +42,36 @@ def build_task(config):
     return getattr(importlib.import_module(module), attr)(config)
 
 
+def config_trainer(path: str):
+    """The training entry point a config names with `TRAINER = "module:function"`, or None.
+
+    Papers whose rollouts are not single completions (CToM's multi-turn controller) bring
+    their own trainer on top of `jaxtom.rl`; the config says which, so `rl` never imports them.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(f"jaxtom_config_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    entry = getattr(module, "TRAINER", None)
+    if entry is None:
+        return None
+    module_name, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
 def run(args) -> int:
     from jaxtom.config import ConfigError, load_config
 
     try:
+        custom = config_trainer(args.config)
+        if custom is not None:
+            state = custom(args.config, args.overrides)
+            print(json.dumps({"step": int(state.step)}))
+            return 0
         config = load_config(args.config, args.overrides)
     except ConfigError as err:
         print(str(err), file=sys.stderr)
