@@ -57,7 +57,9 @@ def task_iterator(tasks: Sequence[dict], batch_size: int, seed: int):
     """Endless shuffled batches of task records, this process's shard only (grain)."""
     ds = grain.MapDataset.source(list(tasks))
     ds = ds[jax.process_index()::jax.process_count()]
-    ds = ds.seed(seed).shuffle().repeat(None).batch(batch_size, batch_fn=list)
+    # drop_remainder: an endless stream has no remainder, and without it grain overflows the
+    # length of a batch-1 view of an endless dataset
+    ds = ds.seed(seed).shuffle().repeat(None).batch(batch_size, drop_remainder=True, batch_fn=list)
     return iter(ds.to_iter_dataset())
 
 
