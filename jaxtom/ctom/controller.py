@@ -1,6 +1,11 @@
 """The batched CToM controller (section 4.1): plan -> decision; ASK; DRAFT's hidden loop
 draft -> anticipated reply -> satisfaction check -> revise (<= K_max); COMMIT.
 
+`mode="direct"` is the Prompting Base / Naive GRPO loop of appendix C.2 instead: prompts 5-7,
+one visible response per round (no plan, decision, prediction or revision), capped by table
+4's baseline output limit; math ends when a response's boxed answer passes the evaluator,
+coding and writing when a response starts with `I WANT TO ANSWER:`.
+
 Each conversation is a coroutine that yields what it needs next (a policy phase or a
 simulator reply) and receives the answer. The driver gathers the pending requests of every
 live conversation, sends policy phases with the same (cap, stop string) to the policy as one
@@ -18,10 +23,13 @@ import jax
 from jaxtom.ctom import protocol as P
 from jaxtom.ctom.data import Task
 from jaxtom.ctom.effort import DomainSettings, combined_reward, domain_settings, effort_cost
-from jaxtom.ctom.prompts import system_prompt
+from jaxtom.ctom.prompts import ANSWER_MARKER, system_prompt
 from jaxtom.ctom.satisfaction import END_SIGNAL, is_satisfied
 from jaxtom.ctom.scoring import rouge_l_f1, score_math
 from jaxtom.ctom.simulators import SimReply, SimRequest, UserSimulator
+
+
+MODES = ("ctom", "direct")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,13 +45,19 @@ class ControllerConfig:
     revision_cap: int = 2048
     w_effort: float = 0.01
     categorical: bool = True
+    mode: str = "ctom"  # ctom | direct (Prompting Base / Naive GRPO)
+    response_cap: int = 2048  # direct mode: the one response per round
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"controller mode must be one of {MODES}, got {self.mode!r}")
 
     @classmethod
     def for_domain(cls, domain: str, **overrides) -> "ControllerConfig":
         d: DomainSettings = domain_settings(domain)
         base = dict(domain=domain, max_rounds=d.max_rounds, max_revisions=d.max_revisions,
                     draft_cap=d.draft_cap, prediction_cap=d.prediction_cap,
-                    revision_cap=d.revision_cap)
+                    revision_cap=d.revision_cap, response_cap=d.baseline_output_cap)
         return cls(**{**base, **overrides})
 
 
@@ -163,6 +177,53 @@ def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, syst
     return conv
 
 
+def _direct_conversation(task: Task, cfg: ControllerConfig, tok, system: str):
+    """Prompting Base / Naive GRPO: the policy writes each visible message in one phase.
+
+    The whole response (through its end-of-turn token) is policy text; the rendered history
+    is controller text. A coding/writing response that starts with the answer marker is the
+    submission: it is shown without the marker and the simulator gets it as a final request
+    (which re-adds the marker, as after CToM's COMMIT).
+    """
+    conv = Conversation(task=task, visible=[("user", task.prompt)])
+    last = None
+    for t in range(cfg.max_rounds):
+        seg = P.Segments()
+        seg.controller(tok.encode(P.render_history(tok, system, conv.visible)))
+        ids = yield _Gen(list(seg.tokens), cfg.response_cap, (), "response")
+        seg.sampled(ids)
+        text = tok.decode(list(ids), skip_special_tokens=True).strip()
+        submits = task.domain != "math" and text.startswith(ANSWER_MARKER)
+        message = text[len(ANSWER_MARKER):].strip() if submits else text
+        rnd = Round(t, "", None, "COMMIT" if submits else "RESPOND", shown=message,
+                    history_len=len(conv.visible))
+        conv.rounds.append(rnd)
+        conv.sequences.append(seg)
+        conv.visible.append(("assistant", message))
+        last = message
+        if submits:
+            conv.submission, conv.end = message, "commit"
+            reply = yield SimRequest(task, tuple(conv.visible), final=True)
+            rnd.reply = reply.text or None
+            if reply.error:
+                conv.failed, conv.end = reply.error, "failed"
+            return conv
+        if task.domain == "math" and score_math(message, task.reference):
+            conv.end = "solved"
+            return conv
+        if t == cfg.max_rounds - 1:
+            break
+        reply = yield SimRequest(task, tuple(conv.visible))
+        if reply.error:
+            conv.failed, conv.end = reply.error, "failed"
+            return conv
+        rnd.reply = reply.text
+        conv.visible.append(("user", reply.text))
+    conv.end = "budget"
+    conv.submission = last
+    return conv
+
+
 def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
                        code_scorer: Callable[[str | None, str], float] | None = None) -> None:
     """Fills score, effort and reward (eqs. 3-4); discarded drafts are never scored."""
@@ -188,10 +249,15 @@ def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
 def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimulator, tok,
                       cfg: ControllerConfig, *, key: jax.Array, seed: int = 0,
                       code_scorer=None) -> list[Conversation]:
-    """Runs one conversation per task (repeat a task G times for a GRPO group), batched."""
-    glue = P.ChatGlue.from_tokenizer(tok)
-    system = system_prompt(cfg.domain, categorical=cfg.categorical)
-    gens = [_conversation(t, cfg, tok, glue, system) for t in tasks]
+    """Runs one conversation per task (repeat a task G times for a GRPO group), batched;
+    `cfg.mode` picks the CToM loop or the direct (baseline) one."""
+    if cfg.mode == "direct":
+        system = system_prompt(cfg.domain, baseline=True)
+        gens = [_direct_conversation(t, cfg, tok, system) for t in tasks]
+    else:
+        glue = P.ChatGlue.from_tokenizer(tok)
+        system = system_prompt(cfg.domain, categorical=cfg.categorical)
+        gens = [_conversation(t, cfg, tok, glue, system) for t in tasks]
     results: list[Conversation | None] = [None] * len(tasks)
     pending: dict[int, object] = {}
 

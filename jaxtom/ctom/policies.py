@@ -29,7 +29,8 @@ class SamplerPolicy:
 class ScriptedPolicy:
     """`script(context_text, kind) -> text`; the text is tokenized and cut to the cap.
 
-    `kind` is plan | decision | draft | prediction | ask. The script must write the closing
+    `kind` is plan | decision | draft | prediction | ask (CToM mode) or response (direct
+    mode, where no closing tag is expected). The script must write the closing
     tag itself, as the real policy does (a missing one is added by the controller).
     """
 

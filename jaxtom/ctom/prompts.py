@@ -73,7 +73,7 @@ COMMIT is available only after a draft has been shown. ASK sends only a focused 
 MATH_BASELINE_SYSTEM = r"""/no_think
 Solve the following math problem. Reason step by step, and present your final answer inside \boxed{...}."""
 
-CODING_BASELINE_SYSTEM = r"""(Prompting Base and Naive GRPO)System Prompt/no_think
+CODING_BASELINE_SYSTEM = r"""/no_think
 You are a helpful, proactive assistant collaborating with a human on a Python programming task over multiple turns.
 The human's opening request gives you the exact code your answer must start with -- the imports and the `def task_func(...)` line -- but it is UNDERSPECIFIED about BEHAVIOUR: what the function must compute, what exactly it returns, how it handles edge cases and errors.
 Those are known only to the human. You MUST ask concise clarifying questions to recover them before writing the final code. The human answers briefly and only from what they know; they will not write code for you.

@@ -91,6 +91,22 @@ def parse_simulator_output(text: str) -> str | None:
     return None
 
 
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def reply_from_output(text: str) -> str:
+    """The user's reply from a simulator model's raw output (HTTP and in-process alike).
+
+    The JSON `response` field when it parses; otherwise (malformed JSON is a normal case) the
+    raw text without any think block, cut to 400 characters. A reply that contains
+    `[[TERMINATE CHAT]]` is exactly the end signal, so metrics and the satisfaction rules
+    see one canonical string.
+    """
+    parsed = parse_simulator_output(text)
+    reply = parsed if parsed is not None else _THINK.sub("", text or "").strip()[:400]
+    return END_SIGNAL if END_SIGNAL in reply else reply
+
+
 # ---- scripted ---------------------------------------------------------------------------
 _SENT = re.compile(r"(?<=[.;])\s+|,\s+(?=[A-Z])")
 
@@ -207,5 +223,4 @@ class HTTPSimulator:
             if self.strict:
                 raise
             return SimReply("", str(e))
-        parsed = parse_simulator_output(text)
-        return SimReply(parsed if parsed is not None else text.strip()[:400])
+        return SimReply(reply_from_output(text))

@@ -29,9 +29,12 @@ class CToMSettings:
     domain: str = "math"
     tasks: str = "builtin"  # or a path in the paper's format for the domain
     num_tasks: int = 0  # 0: all
-    simulator: str = "scripted"  # scripted | http
-    simulator_url: str = ""
-    simulator_model: str = ""
+    simulator: str = "scripted"  # scripted | http | llm
+    simulator_url: str = ""  # http: the OpenAI-compatible /v1 base URL
+    simulator_model: str = ""  # http: served model name; llm: a .gguf file or HF model dir
+    simulator_temperature: float = 0.7  # table 4
+    simulator_max_tokens: int = 512
+    simulator_dtype: str = "float32"  # llm: dtype of the loaded simulator model
     controller: dict = dataclasses.field(default_factory=dict)  # ControllerConfig overrides
     pred_rows: int = 16
     pred_row_len: int = 2048
@@ -40,36 +43,109 @@ class CToMSettings:
 
 
 def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):
-    """(Config, CToMSettings) from a configs/ctom_*.py file."""
+    """(Config, CToMSettings) from a configs/ctom_*.py file.
+
+    Overrides starting with `ctom.` set CToMSettings fields (`ctom.simulator=llm`) or
+    controller fields (`ctom.controller.mode=direct`, `ctom.controller.w_effort=0`); the rest
+    are the usual `section.field=value` overrides of the Config.
+    """
     from jaxtom.config import load_config
-    config = load_config(path, list(overrides))
+    ours = [o for o in overrides if o.strip().startswith("ctom.")]
+    config = load_config(path, [o for o in overrides if o not in ours])
     spec = importlib.util.spec_from_file_location(f"ctom_cfg_{Path(path).stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, "ctom_settings"):
         raise ValueError(f"{path} defines no ctom_settings() -> CToMSettings; not a CToM config")
-    return config, module.ctom_settings()
+    return config, apply_settings_overrides(module.ctom_settings(), ours)
 
 
-def make_simulator(s: CToMSettings):
+def _coerce_setting(key: str, raw: str, hint) -> object:
+    from jaxtom.config import ConfigError
+    kinds = {"str": str, "int": int, "float": float, "bool": bool}
+    name = hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint))
+    if name not in kinds:
+        raise ConfigError(key, "a str, int, float or bool field", raw)
+    if name == "bool":
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ConfigError(key, "true or false", raw)
+        return raw.lower() in ("true", "1")
+    try:
+        return kinds[name](raw)
+    except ValueError:
+        raise ConfigError(key, f"a {name}", raw) from None
+
+
+def apply_settings_overrides(s: CToMSettings, overrides: Sequence[str]) -> CToMSettings:
+    """Applies `ctom.field=value` / `ctom.controller.field=value`; unknown names are errors.
+
+    This is the switch for baselines and ablations: `ctom.controller.mode=direct` runs
+    Prompting Base (eval) / Naive GRPO (train), `ctom.controller.w_effort=0` CToM w/o effort.
+    """
+    from jaxtom.config import ConfigError
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, "an override of the form ctom.field=value", item)
+        key, raw = (x.strip() for x in item.split("=", 1))
+        parts = key.split(".")[1:]
+        if len(parts) == 2 and parts[0] == "controller":
+            hints = {f.name: f.type for f in dataclasses.fields(ControllerConfig)}
+            if parts[1] not in hints or parts[1] == "domain":
+                raise ConfigError(key, f"a ControllerConfig field: "
+                                  f"{sorted(set(hints) - {'domain'})}", parts[1])
+            value = _coerce_setting(key, raw, hints[parts[1]])
+            s = dataclasses.replace(s, controller={**s.controller, parts[1]: value})
+            continue
+        hints = {f.name: f.type for f in dataclasses.fields(CToMSettings)}
+        if len(parts) != 1 or parts[0] not in hints or parts[0] == "controller":
+            raise ConfigError(key, "ctom.<CToMSettings field> or ctom.controller.<field>; "
+                              f"fields: {sorted(set(hints) - {'controller'})}", key)
+        s = dataclasses.replace(s, **{parts[0]: _coerce_setting(key, raw, hints[parts[0]])})
+    ControllerConfig.for_domain(s.domain, **s.controller)  # fail now on a bad mode or field
+    return s
+
+
+def make_simulator(s: CToMSettings, model=None, tokenizer=None):
+    """The configured user simulator; `llm` uses (model, tokenizer) when given, else loads
+    `simulator_model` (a separate frozen model: the policy's weights change during training)."""
     if s.simulator == "scripted":
         return ScriptedSimulator()
     if s.simulator == "http":
         if not s.simulator_url:
             raise ValueError("simulator='http' needs simulator_url (an OpenAI-compatible /v1)")
-        return HTTPSimulator(s.simulator_url, s.simulator_model or "default")
-    raise ValueError(f"simulator must be 'scripted' or 'http', got {s.simulator!r}")
+        return HTTPSimulator(s.simulator_url, s.simulator_model or "default",
+                             temperature=s.simulator_temperature,
+                             max_tokens=s.simulator_max_tokens)
+    if s.simulator == "llm":
+        from jaxtom.ctom.simulators_llm import LLMSimulator
+        if model is None:
+            if not s.simulator_model:
+                raise ValueError("simulator='llm' needs simulator_model: a .gguf file or an HF "
+                                 "model dir with tokenizer.json")
+            model, tokenizer = _load_model_and_tokenizer(s.simulator_model, s.simulator_dtype,
+                                                         "simulator_model")
+        if tokenizer is None:
+            raise ValueError("make_simulator(model=...) for simulator='llm' needs tokenizer=")
+        return LLMSimulator(model, tokenizer, temperature=s.simulator_temperature,
+                            max_tokens=s.simulator_max_tokens)
+    raise ValueError(f"simulator must be 'scripted', 'http' or 'llm', got {s.simulator!r}")
+
+
+def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.path"):
+    from jaxtom.models import from_pretrained
+    from jaxtom.tokenizer import Tokenizer
+    path = Path(path)
+    if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
+        raise ValueError(f"{what}={path} must be a .gguf file or an HF dir with "
+                         "tokenizer.json: CToM needs a real tokenizer and chat template")
+    model = from_pretrained(path, dtype=dtype)
+    tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
+    return model, tok
 
 
 def load_model_and_tokenizer(config):
-    from jaxtom.models import add_lora, from_pretrained
-    from jaxtom.tokenizer import Tokenizer
-    path = Path(config.model.path)
-    if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
-        raise ValueError(f"model.path={path} must be a .gguf file or an HF dir with "
-                         "tokenizer.json: CToM needs a real tokenizer and chat template")
-    model = from_pretrained(path, dtype=config.model.dtype)
-    tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
+    from jaxtom.models import add_lora
+    model, tok = _load_model_and_tokenizer(config.model.path, config.model.dtype)
     if config.model.lora_rank:
         add_lora(model, rank=config.model.lora_rank,
                  alpha=config.model.lora_alpha or config.model.lora_rank)

@@ -1,0 +1,135 @@
+"""The direct controller mode (Prompting Base / Naive GRPO, appendix C.2) with a scripted
+stand-in policy: one visible response per round, the policy mask, the end conditions
+(answer-gated math, `I WANT TO ANSWER:` on coding/writing, budget, simulator failure), and the
+`ctom.*` overrides that switch a config to the baseline or an ablation."""
+
+import jax
+import pytest
+
+from jaxtom.config import ConfigError
+from jaxtom.ctom import protocol as P
+from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.data import builtin_tasks
+from jaxtom.ctom.policies import ScriptedPolicy
+from jaxtom.ctom.prompts import BASELINE_PROMPTS
+from jaxtom.ctom.satisfaction import END_SIGNAL
+from jaxtom.ctom.simulators import ScriptedSimulator, SimReply
+from jaxtom.ctom.train import CToMSettings, apply_settings_overrides
+from jaxtom.tokenizer import llama3_tokenizer
+
+TOK = llama3_tokenizer()
+MATH = builtin_tasks("math")[1]  # answer 8
+CODE = builtin_tasks("coding")[8]
+WRITE = builtin_tasks("writing")[0]
+EOT = "<|eot_id|>"
+
+
+def scripted(responses_by_prompt):
+    """responses_by_prompt[task prompt] = the response of each round (the last repeats)."""
+    def script(ctx, kind):
+        assert kind == "response"
+        prompt = next(p for p in responses_by_prompt if p in ctx)
+        t = ctx.count("<|start_header_id|>assistant") - 1  # open generation turn excluded
+        rounds = responses_by_prompt[prompt]
+        return rounds[min(t, len(rounds) - 1)] + EOT  # a real model ends its turn
+    return script
+
+
+def run(responses, tasks, sim=None, **overrides):
+    policy = ScriptedPolicy(TOK, scripted(responses))
+    cfg = ControllerConfig.for_domain(tasks[0].domain, mode="direct", **overrides)
+    convs = run_conversations(tasks, policy, sim or ScriptedSimulator(), TOK, cfg,
+                              key=jax.random.key(0))
+    return convs, policy
+
+
+def policy_text(seg, value):
+    return TOK.decode([t for t, m in zip(seg.tokens, seg.policy) if m == value])
+
+
+def test_coding_question_then_marked_submission_ends_on_commit():
+    code = CODE.reference
+    [conv], policy = run({CODE.prompt: ["What should it return for n = 0?",
+                                        "I WANT TO ANSWER:\n" + code]}, [CODE])
+    assert conv.visible[0] == ("user", CODE.prompt) and len(conv.visible) == 4
+    assert conv.visible[1] == ("assistant", "What should it return for n = 0?")
+    assert conv.visible[3] == ("assistant", code.strip())  # shown without the marker
+    assert conv.end == "commit" and conv.submission == code.strip() and conv.score == 1.0
+    assert conv.actions == ["RESPOND", "COMMIT"]
+    assert conv.rounds[0].reply == conv.visible[2][1] and conv.rounds[1].reply == END_SIGNAL
+    assert all(r.drafts == [] and r.predictions == [] and r.plan == "" for r in conv.rounds)
+    assert [k for k, _ in policy.calls] == ["response", "response"]
+    for rnd, seg in zip(conv.rounds, conv.sequences):
+        assert len(seg.tokens) == len(seg.policy) == len(seg.decision)
+        assert sum(seg.decision) == 0.0  # no decision token in this mode
+        first = seg.policy.index(1.0)
+        assert all(m == 0.0 for m in seg.policy[:first]) and all(m == 1.0 for m in
+                                                                   seg.policy[first:])
+        shown = policy_text(seg, 1.0)
+        assert shown.endswith(EOT) and rnd.shown in shown
+        history = policy_text(seg, 0.0)
+        assert BASELINE_PROMPTS["coding"] in history and P.PLAN_START not in history
+        assert history.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_math_ends_when_a_boxed_answer_is_correct_and_batches_shrink():
+    other = builtin_tasks("math")[0]
+    convs, policy = run({MATH.prompt: [r"x = \boxed{9}", r"so x = \boxed{8}"],
+                         other.prompt: [r"\boxed{" + other.reference + "}"]}, [MATH, other])
+    conv, done = convs
+    assert conv.end == "solved" and conv.score == 1.0 and len(conv.rounds) == 2
+    assert conv.visible[2] == ("user", "That's wrong, could you double-check your work?")
+    assert done.end == "solved" and len(done.rounds) == 1 and done.rounds[0].reply is None
+    assert policy.calls == [("response", 2), ("response", 1)]  # a finished one leaves
+
+
+def test_math_marker_is_not_a_submission_and_budget_ends_the_conversation():
+    [conv], _ = run({MATH.prompt: ["I WANT TO ANSWER: 7", "Is it 7?"]}, [MATH], max_rounds=3)
+    assert conv.end == "budget" and len(conv.rounds) == 3 and conv.score == 0.0
+    assert conv.actions == ["RESPOND"] * 3 and conv.rounds[-1].reply is None
+    assert sum(role == "user" for role, _ in conv.visible) == 3  # prompt + 2 replies
+    assert conv.submission == "Is it 7?"
+
+
+def test_writing_budget_cap_and_simulator_failure():
+    [conv], _ = run({WRITE.prompt: ["What are the new hours?"]}, [WRITE], max_rounds=2,
+                    response_cap=3)
+    assert conv.end == "budget" and len(conv.rounds) == 2
+    assert all(len(TOK.encode(r.shown)) <= 3 for r in conv.rounds)  # the per-response cap
+    assert sum(conv.sequences[0].policy) == 3
+
+    class Broken:
+        def reply(self, requests, seed=0):
+            return [SimReply("", "user simulator failed after 4 attempts: HTTP 500")
+                    for _ in requests]
+    [conv], _ = run({WRITE.prompt: ["What tone?"]}, [WRITE], sim=Broken())
+    assert conv.end == "failed" and "HTTP 500" in conv.failed and len(conv.rounds) == 1
+
+
+def test_defaults_and_settings_overrides():
+    assert ControllerConfig.for_domain("coding", mode="direct").response_cap == 5632  # table 4
+    with pytest.raises(ValueError, match="mode"):
+        ControllerConfig.for_domain("math", mode="baseline")
+    s = apply_settings_overrides(CToMSettings(domain="writing"), [
+        "ctom.controller.mode=direct", "ctom.controller.w_effort=0", "ctom.simulator=llm",
+        "ctom.simulator_temperature=0.5"])
+    assert s.controller == {"mode": "direct", "w_effort": 0.0} and s.simulator == "llm"
+    assert s.simulator_temperature == 0.5
+    for bad in ("ctom.controller.nope=1", "ctom.nope=1", "ctom.pred_rows=many"):
+        with pytest.raises(ConfigError):
+            apply_settings_overrides(CToMSettings(), [bad])
+    with pytest.raises(ValueError, match="mode"):
+        apply_settings_overrides(CToMSettings(), ["ctom.controller.mode=other"])
+
+
+def test_direct_rollout_becomes_a_batch_without_prediction_targets():
+    from jaxtom.ctom.targets import prediction_targets, rollout_batch
+    import numpy as np
+    convs, _ = run({MATH.prompt: [r"x = \boxed{9}", r"x = \boxed{8}"]}, [MATH, MATH])
+    targets = prediction_targets(convs, ScriptedSimulator())
+    assert targets == []
+    batch = rollout_batch(convs, [0, 0], targets, TOK, num_rows=4, row_len=2048, pred_rows=2,
+                          pred_row_len=256)
+    assert np.sum(batch.decision_mask) == 0 and batch.prediction is None
+    n_policy = sum(sum(seg.policy) for c in convs for seg in c.sequences)
+    assert np.sum(batch.policy_mask) == n_policy
