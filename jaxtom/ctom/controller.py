@@ -54,11 +54,20 @@ class ControllerConfig:
 
     @classmethod
     def for_domain(cls, domain: str, **overrides) -> "ControllerConfig":
+        """Table 4's settings for `domain`, then `overrides`.
+
+        Unless given, `response_cap` is the CToM round's whole generation budget, draft +
+        (K+1) predictions + K revisions (section 5.1.2; it reproduces table 4's baseline
+        limits), so shrinking the CToM caps for a CPU run shrinks the baseline's too.
+        """
         d: DomainSettings = domain_settings(domain)
         base = dict(domain=domain, max_rounds=d.max_rounds, max_revisions=d.max_revisions,
                     draft_cap=d.draft_cap, prediction_cap=d.prediction_cap,
-                    revision_cap=d.revision_cap, response_cap=d.baseline_output_cap)
-        return cls(**{**base, **overrides})
+                    revision_cap=d.revision_cap)
+        merged = {**base, **overrides}
+        merged.setdefault("response_cap", merged["draft_cap"] + merged["max_revisions"] * (
+            merged["prediction_cap"] + merged["revision_cap"]) + merged["prediction_cap"])
+        return cls(**merged)
 
 
 class Policy(Protocol):

@@ -86,7 +86,10 @@ def run_eval(config_path: str, overrides=()) -> dict[str, float]:
     convs = run_conversations([t for t in tasks for _ in range(s.eval_conversations)], policy,
                               make_simulator(s), tok, cfg, key=jax.random.key(config.trainer.seed + 1))
     summary = summarize(convs, tok)
-    print(format_table(f"CToM {s.domain} ({source})", summary))
+    method = "CToM"
+    if cfg.mode == "direct":  # appendix C.2 baselines: untrained vs GRPO-trained
+        method = "Prompting Base" if source == "untrained" else "Naive GRPO"
+    print(format_table(f"{method} {s.domain} ({source})", summary))
     return summary
 
 

