@@ -1,7 +1,7 @@
 """CToM (collaborative theory of mind): the draft-predict-revise controller, satisfaction
 rules, effort cost, user simulators, task scores, prediction targets and metrics.
 
-Submodules that need a model (controller, simulators.llm, train) are imported lazily by
+Submodules that need a model (controller, simulators_llm, train) are imported lazily by
 their users; the names below are light and importable without jax work.
 """
 
