@@ -19,6 +19,12 @@ from flax import nnx
 
 from jaxtom.models.config import ModelConfig
 
+# The full (training / scoring) forward unrolls models up to this many layers and scans deeper
+# ones. On CPU the scan's backward pass copies each layer's weights and activations in and out
+# of the stacked buffers, which dominates small models' steps; unrolled, a 30-layer model's
+# train step compiles ~4x slower (12 s -> 46 s) for a ~10% faster step, so deep models scan.
+UNROLL_MAX_LAYERS = 8
+
 # name -> (logical axes without the layer axis, HF tensor is [out, in] so we transpose)
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -220,11 +226,16 @@ class Decoder(nnx.Module):
         if segment_ids is not None:
             mask = mask & (segment_ids[:, None, :] == segment_ids[:, :, None])
         lora_scale = dict(self.layers.lora_scale)
+        h = self._embed(input_ids)
+        if cfg.num_layers <= UNROLL_MAX_LAYERS:
+            for p in self.layer_arrays():
+                h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask))
+            return self._logits(h)
 
         def body(h, p):
             return layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask)), None
 
-        h, _ = jax.lax.scan(body, self._embed(input_ids), self.layers.arrays())
+        h, _ = jax.lax.scan(body, h, self.layers.arrays())
         return self._logits(h)
 
     def layer_arrays(self) -> list[dict[str, jax.Array]]:

@@ -45,10 +45,19 @@ def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6) -> 
 
 
 def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
-    """log p(tokens[t] | tokens[<t]) aligned with `tokens`; entry 0 of each row is 0."""
-    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
-    picked = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
-    return jnp.pad(picked, ((0, 0), (1, 0)))
+    """log p(tokens[t] | tokens[<t]) aligned with `tokens`; entry 0 of each row is 0.
+
+    The same float operations as log_softmax followed by a gather, but neither the [B, T, V]
+    log-softmax nor a shifted copy of the logits is formed, and the pick is a masked sum
+    whose gradient fuses with the softmax's instead of scattering into a zero [B, T, V].
+    """
+    x = logits.astype(jnp.float32)
+    shifted = x - jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+    following = jnp.pad(tokens[:, 1:], ((0, 0), (0, 1)))  # the token each position predicts
+    hit = jnp.arange(x.shape[-1]) == following[..., None]
+    picked = jnp.sum(jnp.where(hit, shifted, 0.0), axis=-1)
+    logp = picked - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+    return jnp.pad(logp[:, :-1], ((0, 0), (1, 0)))
 
 
 def token_entropy(logits: jax.Array) -> jax.Array:
