@@ -5,7 +5,8 @@ batch: 8 sequences of a 32-token prompt + 64 sampled tokens, on-policy, referenc
 given, KL coefficient 0.01, clip 0.2, global-norm clip 1.0, AdamW. tunix's side is what its
 GRPOLearner's trainer runs per step: `grpo_loss_fn` under `nnx.value_and_grad`, then
 `nnx.Optimizer.update`, in one `nnx.jit`. Median of repeats after a warm-up (compilation
-excluded). tunix is optional: without it only jaxtom is measured, and the script says so.
+excluded); the two sides' repeats alternate, so load from other processes on a shared machine
+hits both alike. tunix is optional: without it only jaxtom is measured, and the script says so.
 
     python benchmarks/grpo_step.py                      # jaxtom only (main venv)
     /work/tunix-venv/bin/python benchmarks/grpo_step.py # + tunix (pip install -e ".[bench]")
@@ -43,21 +44,23 @@ def make_data(seed=0):
     return prompt, completion, adv, ref
 
 
-def timed(fn, repeats):
-    fn()  # compile + warm-up
-    times = []
+def timed(fns, repeats):
+    """Median seconds per call of each already warmed-up callable, their calls interleaved."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for fn, out in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    return [statistics.median(t) for t in times]
 
 
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_jaxtom(path, data, repeats):
+def run_jaxtom(path, data):
+    """jaxtom's update step as a warmed-up (compiled) zero-argument callable."""
     from jaxtom import models, rl
 
     prompt, completion, adv, ref = data
@@ -81,10 +84,12 @@ def run_jaxtom(path, data, repeats):
         box["state"], metrics = learner.step(box["state"], batch)
         jax.block_until_ready(metrics)
 
-    return timed(step, repeats)
+    step()  # compile + warm-up
+    return step
 
 
-def run_tunix(path, data, repeats):
+def run_tunix(path, data):
+    """tunix's GRPO loss + optimizer update as a warmed-up zero-argument callable."""
     import optax
     from flax import nnx
     from tunix.rl import algo_core
@@ -127,7 +132,8 @@ def run_tunix(path, data, repeats):
     def step():
         jax.block_until_ready(train_step(model, optimizer, example))
 
-    return timed(step, repeats)
+    step()  # compile + warm-up
+    return step
 
 
 def main():
@@ -139,19 +145,25 @@ def main():
     path = Path(tempfile.mkdtemp()) / "qwen3"
     save_tiny_hf(path, "qwen3", **SIZES)
     data = make_data()
-    jaxtom_s = run_jaxtom(path, data, args.repeats)
-    rss = peak_rss_mb()
+    jaxtom_step = run_jaxtom(path, data)
+    rss = peak_rss_mb()  # before tunix allocates anything
+    try:
+        import tunix  # noqa: F401
+    except ImportError:
+        tunix_step = None
+    else:
+        tunix_step = run_tunix(path, data)
+    jaxtom_s, *tunix_s = timed([jaxtom_step] + ([tunix_step] if tunix_step else []),
+                               args.repeats)
     print(f"jaxtom GRPO step: {jaxtom_s * 1e3:.1f} ms (batch {BATCH} x {PROMPT}+{COMPLETION} "
           f"tokens), peak RSS {rss:.0f} MB")
     result = {"step_s": jaxtom_s, "peak_rss_mb": rss, "batch": BATCH,
               "seq_len": PROMPT + COMPLETION, "backend": jax.default_backend()}
-    try:
-        import tunix  # noqa: F401
-    except ImportError:
+    if tunix_step is None:
         print("tunix not installed: only jaxtom was measured (install the bench extra in a "
               "separate venv to compare)")
     else:
-        tunix_s = run_tunix(path, data, args.repeats)
+        tunix_s = tunix_s[0]
         result.update(tunix_step_s=tunix_s, speedup_vs_tunix=tunix_s / jaxtom_s,
                       peak_rss_mb_both=peak_rss_mb())
         print(f"tunix GRPO step:  {tunix_s * 1e3:.1f} ms -> jaxtom is "

@@ -2,8 +2,9 @@
 
 All samplers run greedy decoding of the same tiny random Qwen3 checkpoint (written once by
 transformers), the same batch, prompt and generation lengths, in this one process. Timings
-are medians over repeats after a warm-up (compilation excluded for every side). The last
-line is one JSON object.
+are medians over repeats after a warm-up (compilation excluded for every side); the sides'
+repeats alternate, so load from other processes on a shared machine hits them alike. The
+last line is one JSON object.
 
     python benchmarks/sampling.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5]
 
@@ -26,17 +27,19 @@ CONFIG = dict(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidde
               max_position_embeddings=1024, initializer_range=0.1)
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up / compile
-    times = []
+def timed(fns, repeats: int) -> list[float]:
+    """Median seconds per call of each already warmed-up callable, their calls interleaved."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
-def bench_jaxtom(path, prompts, gen_len, repeats):
+def bench_jaxtom(path, prompts, gen_len):
+    """(warmed-up callable, greedy tokens) for jaxtom's sampler."""
     from jaxtom import models, sampling
 
     model = models.from_pretrained(path)
@@ -46,10 +49,11 @@ def bench_jaxtom(path, prompts, gen_len, repeats):
         assert int(out.lengths.min()) == gen_len
         return out
 
-    return timed(run, repeats), run().tokens
+    return run, run().tokens  # the first call compiles
 
 
-def bench_transformers(torch_model, prompts, gen_len, repeats):
+def bench_transformers(torch_model, prompts, gen_len):
+    """(warmed-up callable, greedy tokens) for transformers' generate."""
     import torch
 
     ids = torch.tensor(prompts)
@@ -59,11 +63,12 @@ def bench_transformers(torch_model, prompts, gen_len, repeats):
             return torch_model.generate(ids, max_new_tokens=gen_len, min_new_tokens=gen_len,
                                         do_sample=False, pad_token_id=0)
 
-    return timed(run, repeats), run()[:, ids.shape[1]:].numpy()
+    return run, run()[:, ids.shape[1]:].numpy()
 
 
-def bench_tunix(path, prompts, gen_len, repeats):
-    """tunix's vanilla JAX sampler on the same weights, or None when tunix is absent."""
+def bench_tunix(path, prompts, gen_len):
+    """(warmed-up callable, greedy tokens, None) for tunix's vanilla JAX sampler on the same
+    weights, or (None, None, why) when tunix is absent."""
     try:
         from benchmarks.tunix_peer import tunix_greedy
     except ImportError:
@@ -72,7 +77,7 @@ def bench_tunix(path, prompts, gen_len, repeats):
         run = tunix_greedy(path, prompts, gen_len)
     except ImportError as err:
         return None, None, f"google-tunix not installed ({err})"
-    return timed(run, repeats), run(), None
+    return run, run(), None
 
 
 def main(argv=None) -> dict:
@@ -98,9 +103,12 @@ def main(argv=None) -> dict:
     print(f"tiny Qwen3 {CONFIG}; batch={args.batch} prompt={args.prompt_len} "
           f"generate={args.gen_len} greedy, median of {args.repeats}")
 
-    t_jax, jax_tokens = bench_jaxtom(path, prompts, args.gen_len, args.repeats)
-    t_hf, hf_tokens = bench_transformers(torch_model, prompts, args.gen_len, args.repeats)
-    t_tunix, tunix_tokens, tunix_missing = bench_tunix(path, prompts, args.gen_len, args.repeats)
+    run_jax, jax_tokens = bench_jaxtom(path, prompts, args.gen_len)
+    run_hf, hf_tokens = bench_transformers(torch_model, prompts, args.gen_len)
+    run_tunix, tunix_tokens, tunix_missing = bench_tunix(path, prompts, args.gen_len)
+    runs = [run_jax, run_hf] + ([run_tunix] if run_tunix else [])
+    t_jax, t_hf, *t_tunix = timed(runs, args.repeats)
+    t_tunix = t_tunix[0] if t_tunix else None
 
     result = {"batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len,
               "tokens_per_s": new_tokens / t_jax,
