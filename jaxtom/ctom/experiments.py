@@ -1,0 +1,70 @@
+"""The CToM experiments behind `configs/ctom_*.py`, one function per model and domain.
+
+The config files only pick a domain; keeping the settings here means the three domains of an
+experiment cannot drift apart. Table 4's per-domain caps come from `effort.domain_settings`.
+"""
+
+import os
+
+from jaxtom.config import Config, MeshSection, ModelSection, TaskSection, TrainerConfig
+from jaxtom.ctom.effort import W_EFFORT, domain_settings
+from jaxtom.ctom.train import CToMSettings
+from jaxtom.rl.step import StepConfig
+
+# one row per micro-batch keeps CPU memory of the 30-layer backward near 8 GB
+ROW_LEN = {"math": 896, "coding": 1280, "writing": 1024}
+
+
+def smollm2_config(domain: str) -> Config:
+    """SmolLM2-135M-Instruct (real GGUF weights), scripted simulator, caps sized for a CPU."""
+    from jaxtom.models import smollm2_gguf_path
+
+    return Config(
+        model=ModelSection(path=str(smollm2_gguf_path()), family="llama", vocab_size=49152),
+        task=TaskSection(name="jaxtom.ctom.train:generic_trainer_unsupported", prompt_len=1,
+                         target_token=0),
+        step=StepConfig(learning_rate=1e-5, total_steps=2, kl_coef=0.0, lambda_pred=1.0,
+                        micro_batches=4, max_grad_norm=1.0),
+        trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_smollm2", total_steps=2,
+                              prompts_per_step=2, group_size=2, max_new_tokens=16,
+                              row_len=ROW_LEN[domain], num_rows=4, temperature=1.0,
+                              checkpoint_every=2, progress=False),
+    )
+
+
+def smollm2_settings(domain: str) -> CToMSettings:
+    return CToMSettings(
+        domain=domain, tasks="builtin", num_tasks=4, simulator="scripted",
+        controller=dict(max_rounds=1, max_revisions=1, plan_cap=12, ask_cap=16, draft_cap=24,
+                        revision_cap=24, prediction_cap=12),
+        pred_rows=4, pred_row_len=ROW_LEN[domain], eval_conversations=1)
+
+
+PAPER_STEPS = {"math": 180, "coding": 208, "writing": 208}
+
+
+def qwen3_8b_config(domain: str) -> Config:
+    """Paper scale (section 5, table 4): Qwen3-8B with LoRA 32, lr 1e-4, G = 4, 36 prompts."""
+    steps = PAPER_STEPS[domain]
+    return Config(
+        model=ModelSection(path=os.environ.get("QWEN3_8B", ""), family="qwen3",
+                           vocab_size=151936, dtype="bfloat16", lora_rank=32, lora_alpha=32.0),
+        task=TaskSection(name="jaxtom.ctom.train:generic_trainer_unsupported", prompt_len=1,
+                         target_token=0),
+        step=StepConfig(learning_rate=1e-4, total_steps=steps, kl_coef=0.01, lambda_pred=1.0,
+                        micro_batches=3, lora=True),
+        trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_qwen3_8b", total_steps=steps,
+                              prompts_per_step=36, group_size=4, max_new_tokens=16,
+                              row_len=16384, temperature=1.0, checkpoint_every=10),
+        mesh=MeshSection(data=-1),
+    )
+
+
+def qwen3_8b_settings(domain: str) -> CToMSettings:
+    d = domain_settings(domain)
+    return CToMSettings(
+        domain=domain, tasks=os.environ.get("CTOM_TASKS", "builtin"), simulator="http",
+        simulator_url=os.environ.get("CTOM_SIMULATOR_URL", "http://127.0.0.1:8000/v1"),
+        simulator_model="Qwen/Qwen3-32B-FP8",
+        controller=dict(w_effort=W_EFFORT, max_rounds=d.max_rounds),
+        pred_rows=256, pred_row_len=8192, eval_conversations=8)
