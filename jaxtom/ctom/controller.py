@@ -115,6 +115,29 @@ class _Gen:
     kind: str
 
 
+def _solves(task: Task, message: str) -> bool:
+    """Math ends as soon as a shown message carries the correct boxed answer."""
+    return task.domain == "math" and bool(score_math(message, task.reference))
+
+
+def _continue(conv: Conversation, rnd: Round, solved: bool, last_round: bool):
+    """After a visible message: end on a solved task, else fetch the user's reply unless the
+    rounds are spent. Returns True to play another round; False when the conversation stops
+    (`conv.end` says why, still "running" when only the budget ran out)."""
+    if solved:
+        conv.end = "solved"
+        return False
+    if last_round:
+        return False
+    reply = yield SimRequest(conv.task, tuple(conv.visible))
+    if reply.error:
+        conv.failed, conv.end = reply.error, "failed"
+        return False
+    rnd.reply = reply.text
+    conv.visible.append(("user", reply.text))
+    return True
+
+
 def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, system: str):
     enc, dec = tok.encode, tok.decode
     conv = Conversation(task=task, visible=[("user", task.prompt)])
@@ -170,19 +193,11 @@ def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, syst
             message = shown = draft
         rnd.shown = message
         conv.visible.append(("assistant", message))
-        if task.domain == "math" and action == "DRAFT" and score_math(message, task.reference):
-            conv.end = "solved"
-            return conv
-        if t == cfg.max_rounds - 1:
+        solved = action == "DRAFT" and _solves(task, message)
+        if not (yield from _continue(conv, rnd, solved, t == cfg.max_rounds - 1)):
             break
-        reply = yield SimRequest(task, tuple(conv.visible))
-        if reply.error:
-            conv.failed, conv.end = reply.error, "failed"
-            return conv
-        rnd.reply = reply.text
-        conv.visible.append(("user", reply.text))
-    conv.end = "budget"
-    conv.submission = shown
+    if conv.end == "running":
+        conv.end, conv.submission = "budget", shown
     return conv
 
 
@@ -217,19 +232,10 @@ def _direct_conversation(task: Task, cfg: ControllerConfig, tok, system: str):
             if reply.error:
                 conv.failed, conv.end = reply.error, "failed"
             return conv
-        if task.domain == "math" and score_math(message, task.reference):
-            conv.end = "solved"
-            return conv
-        if t == cfg.max_rounds - 1:
+        if not (yield from _continue(conv, rnd, _solves(task, message), t == cfg.max_rounds - 1)):
             break
-        reply = yield SimRequest(task, tuple(conv.visible))
-        if reply.error:
-            conv.failed, conv.end = reply.error, "failed"
-            return conv
-        rnd.reply = reply.text
-        conv.visible.append(("user", reply.text))
-    conv.end = "budget"
-    conv.submission = last
+    if conv.end == "running":
+        conv.end, conv.submission = "budget", last
     return conv
 
 
