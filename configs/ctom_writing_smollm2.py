@@ -1,11 +1,7 @@
-"""CToM on writing with the real SmolLM2-135M-Instruct weights and the scripted simulator (CPU).
+"""CToM on writing with the real SmolLM2-135M-Instruct weights on a CPU (jaxtom.ctom.experiments).
 
     jaxtom train configs/ctom_writing_smollm2.py trainer.total_steps=2
     jaxtom eval configs/ctom_writing_smollm2.py
-    jaxtom eval configs/ctom_writing_smollm2.py ctom.controller.mode=direct   # Prompting Base
-
-Caps are far below table 4 so a laptop finishes a step in minutes; the paper-scale settings
-are in configs/ctom_writing_qwen3_8b.py.
 """
 
 from jaxtom.ctom import experiments

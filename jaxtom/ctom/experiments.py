@@ -2,6 +2,16 @@
 
 The config files only pick a domain; keeping the settings here means the three domains of an
 experiment cannot drift apart. Table 4's per-domain caps come from `effort.domain_settings`.
+
+Paper scale (tables 3/4): Qwen3-8B policy, LoRA rank 32, lr 1e-4 cosine, G = 4, prompt batch
+36 (minibatch 12 -> 3 micro-batches), simulator Qwen3-32B behind an OpenAI-compatible URL
+(vLLM). Baselines and ablations by override:
+  Naive GRPO (train) / Prompting Base (eval): ctom.controller.mode=direct
+  w/o effort: ctom.controller.w_effort=0       w/o prediction: step.lambda_pred=0.0
+  task-only: both of the above                 decision entropy: step.lambda_entropy=0.001
+  in-process simulator: ctom.simulator=llm ctom.simulator_model=/ckpt/Qwen3-32B
+CPU (SmolLM2-135M-Instruct, scripted simulator): caps far below table 4 so a laptop finishes
+a step in minutes; `jaxtom eval CONFIG ctom.controller.mode=direct` gives Prompting Base.
 """
 
 import os
