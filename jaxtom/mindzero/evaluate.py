@@ -6,6 +6,10 @@ distribution over the 56 ordered goals (a failed parse is a uniform guess and co
 Baselines run in the same harness on the same (episode, t): a random goal (one per episode, as
 the random helper), the exact Bayesian posterior (nearest-first prior, the model-based
 reference), and whatever other model is passed (the untrained, warm-up-only one).
+
+QA (appendix B.2): each binary question is answered from a method's goal distribution at the
+question's step -- the option whose ordered goal has more mass, ties by a coin flip
+(`qa_beliefs`, `qa_scores`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 
 from jaxtom.eval import metrics
 from jaxtom.gridworld import goal_index, goal_posterior, start_order_prior
+from jaxtom.gridworld.qa import QUESTION_TYPES
 from jaxtom.gridworld.types import EnvParams, goal_pairs
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles
@@ -109,5 +114,78 @@ def qa_from_beliefs(belief: np.ndarray, option_goals, rng) -> int:
     return 0 if a > b else 1 if b > a else int(rng.integers(0, 2))
 
 
-__all__ = ["dense", "model_beliefs", "progress_curves", "qa_from_beliefs", "reference_beliefs",
-           "score_methods", "steps_to_score", "goal_pairs"]
+def qa_rows(questions) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The distinct (episode, step) rows the questions are asked at, in first-seen order, and
+    each question's row index -- so two questions at the same step cost one query."""
+    rows: list[tuple[int, int]] = []
+    where: dict[tuple[int, int], int] = {}
+    index = np.zeros(len(questions), np.int64)
+    for i, q in enumerate(questions):
+        row = (int(q.episode), int(q.step))
+        if row not in where:
+            where[row] = len(rows)
+            rows.append(row)
+        index[i] = where[row]
+    return rows, index
+
+
+def qa_scores(beliefs: dict[str, np.ndarray], questions, row_index=None, seed: int = 0) -> dict:
+    """QA accuracy of each method from its goal distributions at the questions' timesteps.
+
+    `beliefs[name]` is [M, G] over rows; `row_index[i]` is question i's row (default: one row
+    per question). Per method: `overall`, `type1`..`type3` accuracy with `_se` (overall:
+    episode-clustered, the three questions of an episode are not independent), `n` per type,
+    and `decided`, the share of questions whose two options got different mass (the others
+    are coin flips, e.g. when a particle set names neither option). Ties are broken by an rng
+    seeded with `seed`, the same stream for every method."""
+    if not questions:
+        raise ValueError("qa_scores needs at least one question")
+    row_index = np.arange(len(questions)) if row_index is None else np.asarray(row_index)
+    kinds = np.array([q.kind for q in questions])
+    episode = np.array([q.episode for q in questions])
+    table = {}
+    for name, b in beliefs.items():
+        rng = np.random.default_rng(seed)
+        answers = np.array([qa_from_beliefs(b[r], q.option_goals, rng)
+                            for q, r in zip(questions, row_index)])
+        correct = (answers == np.array([q.answer for q in questions])).astype(float)
+        decided = np.array([b[r][q.option_goals[0]] != b[r][q.option_goals[1]]
+                            for q, r in zip(questions, row_index)], float)
+        entry = {}
+        entry["overall"], entry["overall_se"] = metrics.cluster_mean_sem(correct, episode)
+        for kind in QUESTION_TYPES:
+            mask = kinds == kind
+            if mask.any():
+                entry[f"type{kind}"], entry[f"type{kind}_se"] = metrics.cluster_mean_sem(
+                    correct[mask], episode[mask])
+            else:
+                entry[f"type{kind}"], entry[f"type{kind}_se"] = float("nan"), float("nan")
+            entry[f"type{kind}_n"] = int(mask.sum())
+        entry["decided"] = float(decided.mean())
+        table[name] = entry
+    return table
+
+
+def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *,
+               observation: str, num_particles: int, max_new_tokens: int, seed: int = 0
+               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Goal distributions at the questions' (episode, step) rows for each model in `models`
+    (name -> (model, codec); one greedy sampler call per step, as `model_beliefs`) and for the
+    baselines (random goal, exact posterior and its top-N, named as in the goal table), and
+    each question's row index."""
+    rows, index = qa_rows(questions)
+    beliefs = {}
+    for name, (model, codec) in models.items():
+        beliefs[name], _ = model_beliefs(model, codec, view, rows, observation=observation,
+                                         num_particles=num_particles,
+                                         max_new_tokens=max_new_tokens,
+                                         num_objects=params.num_objects)
+    refs = reference_beliefs(view, rows, params, seed, num_particles)
+    beliefs.update({"random goal": refs["random"], "exact posterior": refs["exact"],
+                    f"exact posterior top-{num_particles}": refs[f"exact_top{num_particles}"]})
+    return beliefs, index
+
+
+__all__ = ["dense", "goal_pairs", "model_beliefs", "progress_curves", "qa_beliefs",
+           "qa_from_beliefs", "qa_rows", "qa_scores", "reference_beliefs", "score_methods",
+           "steps_to_score"]

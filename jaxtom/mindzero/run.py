@@ -4,20 +4,25 @@ Methods, all in one harness on the same held-out (episode, t): MindZero (the che
 untrained model (the warm-up-only checkpoint when the run had a warm-up), a random goal, the
 exact Bayesian posterior (full, and its top-N as particles), and a uniform guess. Assistance
 speedups (random_prob 0.15, seeds 10/20/30) for the models, with the gridworld's random, BIP
-and oracle helpers beside them. TFLOPs per query follow appendix A.2.
+and oracle helpers beside them. TFLOPs per query follow appendix A.2. With
+`eval.qa_episodes > 0`, QA accuracy (appendix B.2, question types 1-3) of the models and the
+exact-posterior / random baselines on held-out QA episodes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from jaxtom import flops
 from jaxtom.eval import metrics
-from jaxtom.gridworld import simulate
+from jaxtom.gridworld import qa_episodes, simulate
+from jaxtom.gridworld.episodes import layout_keys, split_params
 from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.assist import assist
 from jaxtom.mindzero.config import MindZeroConfig
@@ -28,12 +33,77 @@ COLUMNS = (("top1", "top-1 goal acc"), ("log_score", "log score (true goal)"),
            ("brier", "Brier"), ("kl_exact", "KL(exact || q)"))
 
 
+QA_COLUMNS = (("type1", "type 1 (which pick)"), ("type2", "type 2 (which target)"),
+              ("type3", "type 3 (target while carrying)"), ("overall", "overall"))
+_QA_KEY = 0x51A  # folded into the run's seed: QA episodes are a draw of their own
+
+
 def _fmt(entry, key):
     return f"{entry[key]:.3f} ± {entry[key + '_se']:.3f}"
 
 
-def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None,
+def _from_dict(cls, data: dict):
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = names[name].default
+        if dataclasses.is_dataclass(default):
+            value = _from_dict(type(default), value)
+        elif isinstance(value, list):  # JSON has no tuples
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def load_run_config(run_dir: str | Path) -> MindZeroConfig:
+    """The config a run was trained with, from RUN_DIR/config.json (fields missing there take
+    their defaults; unknown ones are an error)."""
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no config.json in {run_dir}: not a MindZero run directory")
+    return _from_dict(MindZeroConfig, json.loads(path.read_text()))
+
+
+def qa_test_set(cfg: MindZeroConfig, train=None):
+    """`cfg.eval.qa_episodes` held-out episodes that each carry questions of types 1-3, and the
+    questions: drawn like the eval split of `make_episodes` (same label constraints, no
+    training wall layout) from a key of their own. `train`: the run's training episodes
+    (regenerated from the config when not given)."""
+    if cfg.eval.qa_episodes <= 0:
+        raise ValueError("eval.qa_episodes must be > 0 for a QA set")
+    params = env_params(cfg)
+    if train is None:
+        train, _ = make_episodes(cfg)
+    if cfg.data.split == "labels":
+        params = split_params(params, "test")
+    elif cfg.data.label_set == "figure7":  # as make_episodes: the 8 colored squares
+        params = params.replace(colors=tuple(range(params.num_objects)), shapes=(0,))
+    key = jax.random.fold_in(jax.random.key(cfg.seed), _QA_KEY)
+    return qa_episodes(key, params, cfg.eval.qa_episodes, exclude_layouts=layout_keys(train),
+                       seed=cfg.seed)
+
+
+def evaluate_qa(cfg: MindZeroConfig, models: dict, qa=None) -> dict:
+    """QA accuracy per question type and overall for `models` (name -> (model, codec)) and the
+    baselines, on `qa` = (episodes, questions) or `qa_test_set(cfg)`."""
+    episodes, questions = qa if qa is not None else qa_test_set(cfg)
+    view = HostEpisodes.from_episodes(episodes)
+    beliefs, index = ev.qa_beliefs(models, view, questions, env_params(cfg),
+                                   observation=cfg.data.observation,
+                                   num_particles=cfg.data.num_particles,
+                                   max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed)
+    return {"episodes": len(view), "questions": len(questions),
+            "accuracy": ev.qa_scores(beliefs, questions, index, seed=cfg.seed)}
+
+
+def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=None,
                  progress: bool = True) -> dict:
+    """Evaluate the run whose checkpoint is `checkpoint` (results next to it). `test`: the
+    held-out episodes (regenerated from the config when not given); `qa`: (episodes,
+    questions) for the QA table (default `qa_test_set(cfg)`; only with eval.qa_episodes > 0)."""
     t0 = time.perf_counter()
     checkpoint = Path(checkpoint)
     run_dir = checkpoint.parent
@@ -67,6 +137,8 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None,
         {k: v for k, v in curves.items() if k != "uniform"}, run_dir / "goal_accuracy.png",
         "held-out episodes (no helper)")
     results = {"goal_inference": table, "episodes": len(view), "queries": len(rows)}
+    if cfg.eval.qa_episodes > 0:
+        results["qa"] = evaluate_qa(cfg, models, qa)
     if cfg.eval.assistance:
         aparams = params.replace(random_prob=cfg.eval.random_prob)
         assist_tab = {}
@@ -100,9 +172,9 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None,
 
 
 def markdown(results: dict, n: int) -> str:
-    lines = [f"Held-out goal inference: {results['episodes']} episodes, "
-             f"{results['queries']} queries (mean ± episode-clustered SE; log score and KL use "
-             "q mixed with 1% uniform).", "",
+    lines = [(f"Held-out goal inference: {results['episodes']} episodes, "
+              f"{results['queries']} queries (mean ± episode-clustered SE; log score and KL use "
+              "q mixed with 1% uniform)."), "",
              "| method | " + " | ".join(c for _, c in COLUMNS) + " | TFLOPs/query |",
              "|---|" + "---|" * (len(COLUMNS) + 1)]
     for name, entry in results["goal_inference"].items():
@@ -117,6 +189,8 @@ def markdown(results: dict, n: int) -> str:
             lines.append(f"| {name} | {entry['top1_margin']:+.3f} ± {entry['top1_margin_se']:.3f}"
                          f" | {entry['log_score_margin']:+.3f} ± "
                          f"{entry['log_score_margin_se']:.3f} |")
+    if "qa" in results:
+        lines += [""] + qa_markdown(results["qa"])
     if "assistance" in results:
         lines += ["", "Proactive assistance (human randomness 0.15, seeds 10/20/30):", "",
                   "| helper driven by | speedup | TFLOPs/query |", "|---|---|---|"]
@@ -125,6 +199,22 @@ def markdown(results: dict, n: int) -> str:
             lines.append(f"| {name} | {entry['speedup']:+.3f} ± {entry['speedup_se']:.3f} | "
                          + (f"{tf:.2e} |" if tf else "– |"))
     return "\n".join(lines)
+
+
+def qa_markdown(qa: dict) -> list[str]:
+    """Lines of the QA accuracy table (as `evaluate_qa` returns it)."""
+    lines = [(f"QA accuracy (binary choice, chance 0.5): {qa['episodes']} held-out episodes, "
+              f"{qa['questions']} questions (mean ± SE, overall episode-clustered). Answers "
+              "from the goal distribution at the question's step; when neither option has more "
+              "mass (`decided` is the share that did) the answer is a coin flip. Questions are "
+              "posed only where the exact posterior picks the truth, so it scores 1 by "
+              "construction."), "",
+             "| method | " + " | ".join(c for _, c in QA_COLUMNS) + " | decided |",
+             "|---|" + "---|" * (len(QA_COLUMNS) + 1)]
+    for name, entry in qa["accuracy"].items():
+        lines.append(f"| {name} | " + " | ".join(_fmt(entry, k) for k, _ in QA_COLUMNS)
+                     + f" | {entry['decided']:.2f} |")
+    return lines
 
 
 def write_results(results: dict, run_dir: Path, n: int) -> None:

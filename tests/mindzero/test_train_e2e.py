@@ -15,7 +15,7 @@ def test_tiny_run_trains_and_evaluates(tmp_path):
         f"run_dir='{tmp_path}'", "data.train_episodes=12", "data.eval_episodes=3",
         "warmup.steps=3", "warmup.batch_size=4", "rl.steps=2", "rl.prompts_per_step=2",
         "rl.samples_per_prompt=2", "eval.episodes=3", "eval.seeds=(10,)", "eval.stride=8",
-        "model.vocab_size=320"])
+        "eval.qa_episodes=2", "model.vocab_size=320"])
     out = train(cfg, progress=False)
     assert (tmp_path / "checkpoint").exists() and (tmp_path / "warmup").exists()
     assert list((tmp_path / "tb").iterdir())
@@ -31,3 +31,8 @@ def test_tiny_run_trains_and_evaluates(tmp_path):
     assert saved["queries"] == results["queries"]
     assert (tmp_path / "goal_accuracy.png").stat().st_size > 1000
     assert "| MindZero |" in (tmp_path / "results.md").read_text()
+    qa = saved["qa"]
+    assert qa["episodes"] == 2 and qa["questions"] == 6
+    assert qa["accuracy"]["exact posterior"]["overall"] == 1.0
+    assert 0 <= qa["accuracy"]["MindZero"]["overall"] <= 1
+    assert "| exact posterior | 1.000" in (tmp_path / "results.md").read_text()
