@@ -50,7 +50,7 @@ def goal_scores(q, true_goal, exact, mix: float = 0.01) -> dict[str, np.ndarray]
     """Per-row scores of goal distributions q [M, G] (rows sum to 1 or are all zero for a
     failed query, which then counts as uniform) against the true goals [M] and the exact
     posterior [M, G]: top-1 accuracy, log score and Brier score of the true goal, and
-    KL(exact || q)."""
+    KL(exact || q). Top-1 splits credit evenly among tied top goals."""
     q = np.asarray(q, np.float64)
     empty = q.sum(-1, keepdims=True) <= 0
     q = np.where(empty, 1.0 / q.shape[-1], q)
@@ -63,7 +63,10 @@ def goal_scores(q, true_goal, exact, mix: float = 0.01) -> dict[str, np.ndarray]
     exact = np.asarray(exact, np.float64)
     kl = np.sum(np.where(exact > 0, exact * (np.log(np.maximum(exact, 1e-300)) - np.log(qs)),
                          0.0), axis=-1)
-    top1 = (np.argmax(q, -1) == true_goal) & ~empty[:, 0]
+    # ties at the top share the credit (the accuracy of breaking them at random), so a belief
+    # that splits mass evenly is not scored by the arbitrary order of goal indices
+    best = np.isclose(q, q.max(-1, keepdims=True), rtol=1e-9, atol=0.0)
+    top1 = np.where(empty[:, 0], 0.0, best[rows, true_goal] / best.sum(-1))
     return {"top1": top1.astype(np.float64), "log_score": np.log(qs[rows, true_goal]),
             "brier": np.sum((q - onehot) ** 2, -1), "kl_exact": kl}
 

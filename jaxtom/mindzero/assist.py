@@ -60,7 +60,8 @@ def _tile(tree, reps: int):
 
 
 def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(10, 20, 30),
-           num_particles: int = 2, observation: str = "compact", max_new_tokens: int = 64):
+           num_particles: int = 2, observation: str = "compact", max_new_tokens: int = 64,
+           temperature: float = 0.0):
     """Runs the model-driven helper on every episode x seed; returns speedups [S, E], the
     (row, t, correct) log of the argmax particle, and tokens per query."""
     if observation != "compact":
@@ -99,7 +100,8 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
         if len(need):
             prompts = [codec.prompt_ids(render(view, r, t, num_particles)) for r in need]
             texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(t),
-                                                 temperature=0.0, max_new_tokens=max_new_tokens)
+                                                 temperature=temperature,
+                                                 max_new_tokens=max_new_tokens)
             tokens.extend(n_tok.tolist())
             for r, text in zip(need, texts):
                 parsed = parse_particles(text, view.labels[r], mode="eval",

@@ -47,6 +47,7 @@ class WarmupSpec:
     steps: int = 0  # 0: no format warm-up
     batch_size: int = 32
     learning_rate: float = 3e-3
+    teacher: str = "random"  # random | approached (see jaxtom.mindzero.data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +58,14 @@ class RLSpec:
     temperature: float = 1.0
     max_new_tokens: int = 256
     learning_rate: float = 1e-6
+    lr_warmup_steps: int = 0  # linear learning-rate warm-up (Adam's first steps are large)
     weight_decay: float = 1e-2
     max_grad_norm: float = 1.0
     kl_coef: float = 1e-2
+    entropy_coef: float = 0.0  # token-entropy bonus on completions (keeps small models exploring)
     micro_batches: int = 1
     max_seconds: float = 0.0  # stop early after this much training time (0: no limit)
+    monitor_every: int = 0  # log held-out greedy top-1 / log score every this many steps (0: off)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +76,7 @@ class EvalSpec:
     stride: int = 1
     assistance: bool = True
     qa_episodes: int = 0  # 0: skip QA
+    temperature: float = 0.0  # 0: greedy queries; > 0: one sampled completion per query
     score_mix: float = 0.01  # log score/KL use (1 - mix) q + mix * uniform (particles are sparse)
 
 

@@ -3,8 +3,15 @@
 Every (episode, t) with 1 <= t < length is one prompt; nothing about the goal is attached, so
 the pipeline is label-free by construction. The `grain` pipeline shuffles, repeats (epochs)
 and batches the records deterministically from a seed; the prompts are rendered lazily in the
-`map` step. Warm-up targets (format only) are random valid goal pairs that follow the
-prompt's nearest-first rule and are never the episode's true goal.
+`map` step.
+
+Warm-up targets stand in for what the paper samples from a pretrained model when a base model
+cannot yet write the format (section 5): label-free particles that follow the prompt's
+nearest-first rule. Two teachers: `random` (any valid pair but the true goal) and
+`approached` (a weak observation-only heuristic: object1 is what the human carries, else the
+first object the observation lists; object2 one of the next three listed that are farther from
+the human's start), which also teaches a from-scratch
+model to read the observation before SSRL has to improve on it.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import grain
 import numpy as np
 
-from jaxtom.mindzero.observation import HostEpisodes, get_observation
+from jaxtom.mindzero.observation import HostEpisodes, approach_order, get_observation
 from jaxtom.mindzero.particles import format_particles
 
 
@@ -39,22 +46,44 @@ def timestep_dataset(view: HostEpisodes, *, batch_size: int, seed: int, observat
     return ds.map(to_example).batch(batch_size, drop_remainder=True)
 
 
-def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator):
-    """Random distinct goal pairs, object1 the one nearer the human's start (ties to the lower
-    id, as the prompt instructs), excluding the true goal: labels never leak."""
+TEACHERS = ("random", "approached")
+
+
+def _ordered(a: int, b: int, start: np.ndarray) -> bool:
+    """(a, b) follows the nearest-first rule: a nearer the human's start (ties: lower id)."""
+    return start[a] < start[b] or (start[a] == start[b] and a < b)
+
+
+def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
+                 t: int | None = None, teacher: str = "random"):
+    """Distinct goal pairs from `teacher` at (e, t). `random` excludes the true goal, so the
+    warm-up never teaches it; `approached` never reads the goal at all (excluding the true goal
+    there would itself leak the label, as a learned aversion to the right answer) and is
+    topped up with random pairs when its candidates run out."""
+    if teacher not in TEACHERS:
+        raise ValueError(f"unknown warm-up teacher {teacher!r}; expected one of {TEACHERS}")
     start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
-    true = tuple(int(g) for g in view.goal[e])
-    pairs = [(a, b) for a in range(len(start)) for b in range(len(start))
-             if a != b and (start[a] < start[b] or (start[a] == start[b] and a < b))]
-    pairs = [p for p in pairs if p != true and p[::-1] != true]
-    chosen = rng.choice(len(pairs), num_particles, replace=False)
-    return [pairs[i] for i in chosen]
+    ordered = [(a, b) for a in range(len(start)) for b in range(len(start))
+               if a != b and _ordered(a, b, start)]
+    chosen: list[tuple[int, int]] = []
+    if teacher == "random":
+        true = tuple(int(g) for g in view.goal[e])
+        ordered = [p for p in ordered if p != true and p[::-1] != true]
+    elif t is not None:
+        held = int(view.holding[e, t])
+        order = approach_order(view, e, t)
+        later = [k for k in order[1:] if held >= 0 or _ordered(order[0], k, start)][:3]
+        rng.shuffle(later)
+        chosen = [(order[0], b) for b in later][:num_particles]
+    rest = [p for p in ordered if p not in chosen and p[::-1] not in chosen]
+    picks = rng.choice(len(rest), num_particles - len(chosen), replace=False)
+    return chosen + [rest[i] for i in picks]
 
 
-def warmup_target(view: HostEpisodes, e: int, num_particles: int,
-                  rng: np.random.Generator) -> str:
-    """A well-formed completion with random valid particles and random probabilities."""
-    pairs = warmup_pairs(view, e, num_particles, rng)
+def warmup_target(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
+                  t: int | None = None, teacher: str = "random") -> str:
+    """A well-formed completion with the teacher's particles and random probabilities."""
+    pairs = warmup_pairs(view, e, num_particles, rng, t, teacher)
     p = rng.dirichlet(np.ones(num_particles))
     p = np.round(p, 1)
     p[-1] = round(1.0 - p[:-1].sum(), 1)

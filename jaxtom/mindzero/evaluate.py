@@ -1,7 +1,8 @@
 """Online goal inference on held-out episodes, scored against the truth and the exact posterior.
 
 At every evaluated timestep t, all episodes still running are queried in one sampler call
-(greedy, as the public evaluation), parsed with the lenient eval rule, and turned into a
+(greedy as the public evaluation, or sampled at `eval.temperature`, one completion per
+query), parsed with the lenient eval rule, and turned into a
 distribution over the 56 ordered goals (a failed parse is a uniform guess and counts as wrong).
 Baselines run in the same harness on the same (episode, t): a random goal (one per episode, as
 the random helper), the exact Bayesian posterior (nearest-first prior, the model-based
@@ -39,7 +40,8 @@ def dense(particles, num_objects: int) -> np.ndarray:
 
 
 def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation: str,
-                  num_particles: int, max_new_tokens: int, num_objects: int = 8):
+                  num_particles: int, max_new_tokens: int, num_objects: int = 8,
+                  temperature: float = 0.0, seed: int = 0):
     """[M, G] beliefs of a model at each (episode, t) row, plus tokens processed per query.
     One sampler call per timestep for all episodes."""
     render = get_observation(observation)
@@ -50,8 +52,9 @@ def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation:
         by_t.setdefault(t, []).append(i)
     for t, idx in sorted(by_t.items()):
         prompts = [codec.prompt_ids(render(view, rows[i][0], t, num_particles)) for i in idx]
-        texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(0),
-                                             temperature=0.0, max_new_tokens=max_new_tokens)
+        texts, _, n_tok = sample_completions(
+            model, codec, prompts, key=jax.random.fold_in(jax.random.key(seed), t),
+            temperature=temperature, max_new_tokens=max_new_tokens)
         for i, text, n in zip(idx, texts, n_tok):
             e = rows[i][0]
             beliefs[i] = dense(parse_particles(text, view.labels[e], mode="eval",
@@ -167,10 +170,10 @@ def qa_scores(beliefs: dict[str, np.ndarray], questions, row_index=None, seed: i
 
 
 def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *,
-               observation: str, num_particles: int, max_new_tokens: int, seed: int = 0
-               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+               observation: str, num_particles: int, max_new_tokens: int, seed: int = 0,
+               temperature: float = 0.0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Goal distributions at the questions' (episode, step) rows for each model in `models`
-    (name -> (model, codec); one greedy sampler call per step, as `model_beliefs`) and for the
+    (name -> (model, codec); one sampler call per step, as `model_beliefs`) and for the
     baselines (random goal, exact posterior and its top-N, named as in the goal table), and
     each question's row index."""
     rows, index = qa_rows(questions)
@@ -179,7 +182,8 @@ def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *
         beliefs[name], _ = model_beliefs(model, codec, view, rows, observation=observation,
                                          num_particles=num_particles,
                                          max_new_tokens=max_new_tokens,
-                                         num_objects=params.num_objects)
+                                         num_objects=params.num_objects,
+                                         temperature=temperature, seed=seed)
     refs = reference_beliefs(view, rows, params, seed, num_particles)
     beliefs.update({"random goal": refs["random"], "exact posterior": refs["exact"],
                     f"exact posterior top-{num_particles}": refs[f"exact_top{num_particles}"]})

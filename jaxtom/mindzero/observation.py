@@ -4,11 +4,11 @@ An observation is a function `(view, episode, t, num_particles) -> str` over `Ho
 (host copies of an `EpisodeSet`, so building a batch of prompts costs no device round trips):
   * `figure`: the paper's assistance prompt (Figure 7 with the Figure 11 transcript) -- what
     real LLMs read;
-  * `compact`: a short line for small models trained from scratch on a CPU: per object its
-    label and its path distance from the human at the start, `lag` steps ago and now, plus
-    what the human holds. These are functions of the observed states only (no goal, no
+  * `compact`: a short line for small models trained from scratch on a CPU: per object, in
+    label order, its label and its path distance from the human at the start, `lag` steps ago
+    and now (`held` for the carried object). These are functions of the observed states only (no goal, no
     planner), i.e. the transcript's positions pre-digested into distances, so sequences stay
-    ~60 tokens instead of ~1,500.
+    ~45 tokens instead of ~1,500.
 `t` counts observed human actions (1 <= t < episode length).
 """
 
@@ -60,17 +60,46 @@ class HostEpisodes:
             raise ValueError(f"timestep {t} outside 1..{int(self.length[e]) - 1} for episode {e}")
 
 
+def phase_start(view, e: int, t: int) -> int:
+    """First action index of the current phase (since the human last picked up or put down)."""
+    held = int(view.holding[e, t])
+    s = t
+    while s > 0 and int(view.holding[e, s - 1]) == held:
+        s -= 1
+    return s
+
+
+def approach_order(view, e: int, t: int) -> list[int]:
+    """Object ids as the compact observation lists them: the carried object first, then by how
+    consistently the human has closed in on each during the current phase (steps towards minus
+    steps away), then by distance now, then by label."""
+    d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
+    closing = np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(d.shape[1])
+    held = int(view.holding[e, t])
+    return sorted(range(d.shape[1]), key=lambda k: (k != held, -int(closing[k]), int(d[-1, k]),
+                                                   view.labels[e][k]))
+
+
 def compact_observation(view: HostEpisodes, e: int, t: int, num_particles: int,
                         lag: int = 4) -> str:
+    """`n=2 | 7 3 held brown square | 9 8 6 blue square | ...`: every object as its path
+    distance from the human at the start, `lag` actions ago and now (`held` for the carried
+    object), then its label, listed in `approach_order`. Every slot has the same token length;
+    numbers come before the label, so under causal attention a label token can gather its own
+    object's numbers."""
     view.check_step(e, t)
     start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]].astype(int)
     before = view.distances(e, max(t - lag, 0))
     now = view.distances(e, t)
     held = int(view.holding[e, t])
-    parts = [f"{view.labels[e][k]} {start[k]} {before[k]} {now[k]}"
-             for k in range(len(now)) if k != held]
-    hold = view.labels[e][held] if held >= 0 else "none"
-    return f"n={num_particles} hold {hold} | " + " | ".join(parts)
+    cap = lambda d: str(min(int(d), MAX_DISTANCE))  # noqa: E731
+    parts = [f"{cap(start[k])} {cap(before[k])} {'held' if k == held else cap(now[k])} "
+             f"{view.labels[e][k]}" for k in approach_order(view, e, t)]
+    return f"n={num_particles} | " + " | ".join(parts)
+
+
+MAX_DISTANCE = 63  # distances in compact observations are capped here (one token each)
+COMPACT_WORDS = tuple(f" {d}" for d in range(MAX_DISTANCE + 1)) + (" held",)
 
 
 def figure_observation(view: HostEpisodes, e: int, t: int, num_particles: int,

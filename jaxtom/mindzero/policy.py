@@ -10,6 +10,7 @@ chat template instead.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +18,7 @@ import jax
 import numpy as np
 
 from jaxtom.gridworld.types import COLORS, SHAPES
+from jaxtom.mindzero.observation import COMPACT_WORDS
 from jaxtom.models.decoder import Decoder
 from jaxtom.sampling import generate
 from jaxtom.tokenizer import Tokenizer
@@ -38,7 +40,9 @@ def train_bpe(texts: Sequence[str], vocab_size: int, path: str | Path | None = N
     tok.train_from_iterator(list(texts), trainer)
     # object words are whole tokens wherever they occur (prompt or JSON), so copying a label
     # from the observation into a particle is one token per word
-    tok.add_tokens(list(COLORS) + list(SHAPES))
+    # and every distance of a compact observation is one token, so numbers compare cleanly
+    tok.add_tokens(list(COLORS) + [f" {c}" for c in COLORS] + list(SHAPES) + [f" {s}" for s in SHAPES]
+                   + list(COMPACT_WORDS))
     if path is not None:
         tok.save(str(path))
     return Tokenizer(tok, chat_format=None, eos_tokens=(EOS,))
@@ -62,6 +66,14 @@ class Codec:
     def pad_id(self) -> int:
         pad = self.tokenizer.token_to_id(PAD)
         return 0 if pad is None else pad
+
+    @functools.cached_property
+    def decision_ids(self) -> frozenset[int]:
+        """Token ids that carry a particle's choices: object words and anything with a digit."""
+        words = set(COLORS) | set(SHAPES)
+        texts = ((i, self.tokenizer.decode([i])) for i in range(self.tokenizer.vocab_size))
+        return frozenset(i for i, text in texts
+                         if text.strip() in words or any(ch.isdigit() for ch in text))
 
     def prompt_ids(self, prompt: str) -> list[int]:
         if self.chat:

@@ -94,7 +94,8 @@ def evaluate_qa(cfg: MindZeroConfig, models: dict, qa=None) -> dict:
     beliefs, index = ev.qa_beliefs(models, view, questions, env_params(cfg),
                                    observation=cfg.data.observation,
                                    num_particles=cfg.data.num_particles,
-                                   max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed)
+                                   max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed,
+                                   temperature=cfg.eval.temperature)
     return {"episodes": len(view), "questions": len(questions),
             "accuracy": ev.qa_scores(beliefs, questions, index, seed=cfg.seed)}
 
@@ -121,7 +122,8 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
     for name, (model, codec) in models.items():
         beliefs[name], tokens[name] = ev.model_beliefs(
             model, codec, view, rows, observation=cfg.data.observation, num_particles=n,
-            max_new_tokens=cfg.rl.max_new_tokens)
+            max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.eval.temperature,
+            seed=cfg.seed)
     refs = ev.reference_beliefs(view, rows, params, cfg.seed, n)
     beliefs.update({"random goal": refs["random"], "exact posterior": refs["exact"],
                     f"exact posterior top-{n}": refs[f"exact_top{n}"],
@@ -146,7 +148,8 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
         for name, (model, codec) in models.items():
             out = assist(model, codec, test.states, aparams, seeds=cfg.eval.seeds,
                          num_particles=n, observation=cfg.data.observation,
-                         max_new_tokens=cfg.rl.max_new_tokens)
+                         max_new_tokens=cfg.rl.max_new_tokens,
+                         temperature=cfg.eval.temperature)
             mean, se = metrics.mean_sem(out["speedup"].mean(0))
             assist_tab[name] = {"speedup": mean, "speedup_se": se,
                                 "tflops_per_query": flops.inference_tflops(

@@ -113,17 +113,24 @@ def step_config(cfg: MindZeroConfig, *, warmup: bool) -> StepConfig:
                           weight_decay=0.0, max_grad_norm=1.0, lora=cfg.model.lora_rank > 0)
     return StepConfig(learning_rate=r.learning_rate, weight_decay=r.weight_decay,
                       max_grad_norm=r.max_grad_norm, kl_coef=r.kl_coef, total_steps=r.steps,
+                      warmup_steps=r.lr_warmup_steps, lambda_entropy=r.entropy_coef,
                       end_lr_ratio=1.0, micro_batches=r.micro_batches,
                       lora=cfg.model.lora_rank > 0)
 
 
-def _pack(prompts, completions, advantages, groups, pad_id, row_len=None):
+def _pack(prompts, completions, advantages, groups, pad_id, row_len=None, decision_ids=None):
+    """Prompt + completion rows; with `decision_ids`, the completion tokens among them are the
+    decision tokens the entropy bonus acts on (labels and digits, not JSON boilerplate)."""
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
     masks = [[0.0] * len(p) + [1.0] * len(c) for p, c in zip(prompts, completions)]
+    decisions = None
+    if decision_ids is not None:
+        decisions = [[0.0] * len(p) + [float(int(i) in decision_ids) for i in c]
+                     for p, c in zip(prompts, completions)]
     longest = max(map(len, seqs))
     row_len = row_len or int(np.ceil(longest / 32) * 32)
     return pack_sequences(seqs, masks, advantages, groups, num_rows=len(seqs), row_len=row_len,
-                          pad_id=pad_id)
+                          pad_id=pad_id, decision_masks=decisions)
 
 
 def _writer(run_dir: Path):
@@ -146,9 +153,9 @@ def warmup(cfg, model, codec, view, writer, progress=True):
     for step in bar:
         batch = next(ds)
         prompts = [codec.prompt_ids(p) for p in batch["prompt"]]
-        targets = [codec.completion_ids(data_lib.warmup_target(view, int(e),
-                                                               cfg.data.num_particles, rng))
-                   for e in batch["episode"]]
+        targets = [codec.completion_ids(data_lib.warmup_target(
+                       view, int(e), cfg.data.num_particles, rng, int(t), w.teacher))
+                   for e, t in zip(batch["episode"], batch["t"])]
         packed = _pack(prompts, targets, [1.0] * len(prompts), [0] * len(prompts),
                        codec.pad_id, row_len=row_len)
         if step % 25 == 0 or step == w.steps - 1:
@@ -158,6 +165,35 @@ def warmup(cfg, model, codec, view, writer, progress=True):
             bar.set_postfix(nll=f"{nll:.3f}")
         state, _ = learner.step(state, packed)
     return learner.model(state)
+
+
+def heldout_monitor(cfg, view: HostEpisodes, num_rows: int = 128):
+    """A fixed sample of held-out (episode, t) rows and a function scoring a model on them:
+    top-1 goal accuracy and mean log score (queried as the evaluation does) of the true goal (1% uniform mix). Labels are
+    read only here, for logging; training never sees them."""
+    from jaxtom.eval.metrics import goal_scores
+    from jaxtom.gridworld import goal_index
+    from jaxtom.mindzero.evaluate import dense
+    render = get_observation(cfg.data.observation)
+    records = data_lib.timestep_records(view)
+    pick = np.random.default_rng(cfg.seed + 11).choice(len(records), min(num_rows, len(records)),
+                                                       replace=False)
+    rows = [records[i] for i in np.sort(pick)]
+    n = cfg.data.num_particles
+    true = np.array([int(goal_index(*view.goal[e], 8)) for e, _ in rows])
+
+    def score(model, codec) -> dict:
+        prompts = [codec.prompt_ids(render(view, e, t, n)) for e, t in rows]
+        texts, _, _ = sample_completions(model, codec, prompts, key=jax.random.key(cfg.seed),
+                                         temperature=cfg.eval.temperature,
+                                         max_new_tokens=cfg.rl.max_new_tokens)
+        beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
+                                                  num_particles=n), 8)
+                            for x, (e, _) in zip(texts, rows)])
+        s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]),
+                        cfg.eval.score_mix)
+        return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"]))}
+    return score
 
 
 def max_row_len(cfg, codec, view, max_new_tokens: int, quantum: int = 16) -> int:
@@ -197,10 +233,17 @@ def train(cfg: MindZeroConfig, progress: bool = True) -> dict:
                                         stride=cfg.data.stride))
     key = jax.random.key(cfg.seed + 7)
     row_len = max_row_len(cfg, codec, view, r.max_new_tokens)
+    monitor = heldout_monitor(cfg, test_view) if r.monitor_every else None
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     t2 = time.perf_counter()
     bar = tqdm(range(r.steps), desc="ssrl", disable=not progress, mininterval=2.0)
     steps_done = 0
+    held = {}
     for step in bar:
+        if monitor and step % r.monitor_every == 0:
+            held = monitor(learner.model(state), codec)
+            for k, v in held.items():
+                writer.add_scalar(f"heldout/{k}", v, step)
         batch = next(ds)
         G = r.samples_per_prompt
         prompts = [codec.prompt_ids(p) for p in batch["prompt"] for _ in range(G)]
@@ -216,18 +259,27 @@ def train(cfg: MindZeroConfig, progress: bool = True) -> dict:
         reward, terms = _elbo(table[episode, t], goals, q, ok, t, None, cfg.reward)
         adv = np.asarray(group_advantages(reward, G))
         packed = _pack(prompts, completions, adv.tolist(), np.repeat(np.arange(len(t) // G), G),
-                       codec.pad_id, row_len=row_len)
+                       codec.pad_id, row_len=row_len,
+                       decision_ids=codec.decision_ids if r.entropy_coef > 0 else None)
         state, metrics = learner.step(state, packed)
         steps_done += 1
         if step % 5 == 0:
             stats = {"reward": float(jnp.mean(reward)), "valid": float(ok.mean()),
                      "likelihood": float(jnp.mean(terms["likelihood"])),
-                     "entropy": float(jnp.mean(terms["entropy"])),
-                     "completion_tokens": float(np.mean([len(c) for c in completions]))}
+                     "q_entropy": float(jnp.mean(terms["entropy"])),
+                     "completion_tokens": float(np.mean([len(c) for c in completions])),
+                     # groups whose samples all scored the same teach nothing (collapse)
+                     "flat_groups": float(np.mean(np.ptp(np.asarray(reward).reshape(-1, G),
+                                                         axis=1) == 0))}
             stats.update({k: float(v) for k, v in metrics.items()})
             for k, v in stats.items():
                 writer.add_scalar(f"ssrl/{k}", v, step)
-            bar.set_postfix(reward=f"{stats['reward']:.1f}", valid=f"{stats['valid']:.2f}")
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"step": step, "time_s": round(time.perf_counter() - t2, 1),
+                                    **stats, **{f"heldout_{k}": v for k, v in held.items()}})
+                        + "\n")
+            bar.set_postfix(reward=f"{stats['reward']:.1f}", valid=f"{stats['valid']:.2f}",
+                            heldout_top1=f"{held.get('top1', float('nan')):.2f}")
         if r.max_seconds and time.perf_counter() - t2 > r.max_seconds:
             break
     timings["ssrl_s"] = time.perf_counter() - t2

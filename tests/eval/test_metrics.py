@@ -33,6 +33,8 @@ def test_goal_scores():
     assert s["kl_exact"][0] == pytest.approx(kl0)
     assert goal_scores(exact, [0, 2], exact, mix=0.0)["kl_exact"] == pytest.approx([0, 0])
     assert smooth(np.eye(4)[:1], 0.0).tolist() == [[1, 0, 0, 0]]
+    tied = np.array([[0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.4, 0.3, 0.3]])
+    assert goal_scores(tied, [1, 2, 2], tied)["top1"].tolist() == [0.5, 0.0, 0.0]
 
 
 def test_accuracy_by_progress():

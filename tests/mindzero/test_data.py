@@ -1,8 +1,12 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
 from jaxtom.mindzero import data as data_lib, parse_particles
-from jaxtom.mindzero.observation import HostEpisodes, compact_observation, get_observation
+from jaxtom.mindzero.observation import (
+    HostEpisodes, approach_order, compact_observation, get_observation, phase_start,
+)
 from jaxtom.mindzero.policy import Codec, train_bpe
 
 
@@ -32,8 +36,19 @@ def test_grain_pipeline_is_deterministic_and_label_free(view):
 
 def test_compact_observation(view):
     text = compact_observation(view, 0, 3, 2)
-    assert text.startswith("n=2 hold none | ")
-    assert text.count("|") == 8
+    assert text.startswith("n=2 | ")
+    assert text.count("|") == 8  # one slot per object, held or not
+    for e, t in data_lib.timestep_records(view, 5):
+        slots = compact_observation(view, e, t, 2).split(" | ")[1:]
+        order = approach_order(view, e, t)
+        assert [s.split(" ", 3)[3] for s in slots] == [view.labels[e][k] for k in order]
+        held = int(view.holding[e, t])
+        assert ("held" in slots[0]) == (held >= 0) and sum("held" in s for s in slots) <= 1
+        now = view.distances(e, t)
+        d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
+        closing = [int(np.sign(d[:-1, k] - d[1:, k]).sum()) for k in order if k != held]
+        assert closing == sorted(closing, reverse=True)  # most consistently approached first
+        assert all(int(s.split()[2]) == now[k] for s, k in zip(slots, order) if "held" not in s)
     with pytest.raises(ValueError, match="timestep"):
         compact_observation(view, 0, 0, 2)
     with pytest.raises(ValueError, match="unknown observation"):
@@ -45,7 +60,7 @@ def test_figure_observation_is_the_paper_prompt(view):
     assert "Please output the minified JSON." in text and "t=4:" in text
 
 
-def test_warmup_targets_are_valid_and_never_the_true_goal(view):
+def test_random_warmup_targets_are_valid_and_never_the_true_goal(view):
     rng = np.random.default_rng(0)
     for e in range(len(view)):
         true = tuple(view.goal[e])
@@ -54,6 +69,27 @@ def test_warmup_targets_are_valid_and_never_the_true_goal(view):
                                      num_particles=2)
             assert parsed.ok
             assert true not in parsed.pairs and true[::-1] not in parsed.pairs
+
+
+def test_approached_teacher_is_label_free_and_reads_the_observation(view):
+    """Same targets whatever the goal; object1 is the first listed (carried) object, object2
+    one of the next three listed."""
+    blind = dataclasses.replace(view, goal=np.zeros_like(view.goal))
+    for e in range(len(view)):
+        for t in range(1, int(view.length[e]), 2):
+            seed = 1000 * e + t
+            target = data_lib.warmup_target(view, e, 2, np.random.default_rng(seed), t,
+                                            "approached")
+            assert target == data_lib.warmup_target(blind, e, 2, np.random.default_rng(seed),
+                                                    t, "approached")
+            parsed = parse_particles(target, view.labels[e], num_particles=2)
+            assert parsed.ok
+            order = approach_order(view, e, t)
+            if int(view.holding[e, t]) >= 0:
+                assert order[0] == int(view.holding[e, t])
+                assert all(a == order[0] and b in order[1:4] for a, b in parsed.pairs)
+    with pytest.raises(ValueError, match="teacher"):
+        data_lib.warmup_pairs(view, 0, 2, np.random.default_rng(0), 1, "oracle")
 
 
 def test_bpe_codec_round_trip(view):
