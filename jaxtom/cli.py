@@ -17,7 +17,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("generate", "jaxtom.models.cli"),
     ("mindzero", "jaxtom.mindzero.cli"),
     ("train", "jaxtom.rl.cli"),
-    ("eval", "jaxtom.ctom.evaluate"),
+    ("eval", "jaxtom.eval.cli"),
 )
 
 

@@ -4,11 +4,9 @@ tokens over conversations with a reply, ASK/DRAFT/COMMIT shares, lexical predict
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import jax
-import numpy as np
 
 from jaxtom.ctom.controller import ControllerConfig, Conversation, run_conversations
 from jaxtom.ctom.metrics import (action_shares, clustered_mean_sem, conversation_f1,

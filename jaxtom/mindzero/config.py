@@ -75,6 +75,7 @@ class EvalSpec:
     random_prob: float = 0.15
     stride: int = 1
     assistance: bool = True
+    assist_episodes: int = 0  # 0: all evaluated episodes; else the first this many (costly)
     qa_episodes: int = 0  # 0: skip QA
     temperature: float = 0.0  # 0: greedy queries; > 0: one sampled completion per query
     score_mix: float = 0.01  # log score/KL use (1 - mix) q + mix * uniform (particles are sparse)

@@ -143,10 +143,12 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
         results["qa"] = evaluate_qa(cfg, models, qa)
     if cfg.eval.assistance:
         aparams = params.replace(random_prob=cfg.eval.random_prob)
+        n_assist = min(cfg.eval.assist_episodes or len(view), len(view))
+        assist_states = test.take(np.arange(n_assist)).states
         assist_tab = {}
         assist_curves = {}
         for name, (model, codec) in models.items():
-            out = assist(model, codec, test.states, aparams, seeds=cfg.eval.seeds,
+            out = assist(model, codec, assist_states, aparams, seeds=cfg.eval.seeds,
                          num_particles=n, observation=cfg.data.observation,
                          max_new_tokens=cfg.rl.max_new_tokens,
                          temperature=cfg.eval.temperature)
@@ -160,12 +162,13 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
                 t_collab = out["t_collab"].reshape(-1)
                 assist_curves[name] = metrics.accuracy_by_progress(
                     log[:, 1] / t_collab[log[:, 0].astype(int)], log[:, 2])
-        sim = simulate(None, aparams, ("random", "bip", "oracle"), states=test.states,
+        sim = simulate(None, aparams, ("random", "bip", "oracle"), states=assist_states,
                        seeds=cfg.eval.seeds)
         names = {"random": "random goal", "bip": "exact posterior (BIP)", "oracle": "oracle"}
         for h, label in names.items():
             assist_tab[label] = {"speedup": sim[h]["mean"], "speedup_se": sim[h]["sem"]}
         results["assistance"] = assist_tab
+        results["assist_episodes"] = n_assist
         if assist_curves:
             metrics.plot_accuracy_by_progress(assist_curves, run_dir / "assist_accuracy.png",
                                               "assistance, goal accuracy vs progress")
@@ -195,7 +198,8 @@ def markdown(results: dict, n: int) -> str:
     if "qa" in results:
         lines += [""] + qa_markdown(results["qa"])
     if "assistance" in results:
-        lines += ["", "Proactive assistance (human randomness 0.15, seeds 10/20/30):", "",
+        lines += ["", f"Proactive assistance on {results.get('assist_episodes', results['episodes'])} "
+                  "episodes (human randomness 0.15, seeds 10/20/30):", "",
                   "| helper driven by | speedup | TFLOPs/query |", "|---|---|---|"]
         for name, entry in results["assistance"].items():
             tf = entry.get("tflops_per_query")

@@ -2,7 +2,6 @@
 revisions, COMMIT before any draft, budget exhaustion, answer-gated end), the visible
 transcript, hidden drafts, policy-token mask and prediction targets."""
 
-import dataclasses
 
 import jax
 import pytest
