@@ -150,16 +150,22 @@ def normalise(p: Sequence[float], floor: float = DEFAULT_FLOOR) -> tuple[float, 
 
 
 def parse_particles(text: str, scene: Any, *, mode: str = "train",
-                    num_particles: int | None = None, floor: float = DEFAULT_FLOOR
-                    ) -> Particles | ParseFailure:
+                    num_particles: int | None = None, floor: float = DEFAULT_FLOOR,
+                    duplicates: str | None = None) -> Particles | ParseFailure:
     """Particles from a raw completion, or a `ParseFailure` (never raises on model output).
 
     `scene` names the objects (labels in id order, an `EnvState` or an `Observation`);
     `num_particles` is enforced exactly in train mode and caps the count in eval mode.
+    `duplicates` overrides the mode's duplicate rule: `reject` (train default: a repeated
+    unordered pair fails) or `merge` (eval default: a repeated goal adds its p; in train mode
+    the merged set is then scored as fewer hypotheses, which eq. 4's entropy term already
+    rewards less, instead of failing).
     Bad arguments (unknown mode, bad scene) are programming errors and do raise.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if duplicates not in (None, "reject", "merge"):
+        raise ValueError(f"duplicates must be reject or merge, got {duplicates!r}")
     if num_particles is not None and num_particles < 1:
         raise ValueError(f"num_particles must be >= 1, got {num_particles}")
     if not 0.0 < floor < 1.0:
@@ -188,7 +194,8 @@ def parse_particles(text: str, scene: Any, *, mode: str = "train",
                 return ParseFailure(particle)
             continue
         o1, o2, p = particle
-        if strict and ((o1, o2) in merged or (o2, o1) in merged):
+        reject = (duplicates or ("reject" if strict else "merge")) == "reject"
+        if reject and ((o1, o2) in merged or (o2, o1) in merged):
             return ParseFailure("duplicate goal pair")
         merged[(o1, o2)] = merged.get((o1, o2), 0.0) + p
     if not merged:

@@ -37,6 +37,7 @@ class RewardConfig:
     entropy_weight: float = 1.0  # 0: "w/o entropy bonus"
     format_penalty: float | None = None  # None: (t + 1) * log(floor); a float: that constant
     floor: float = 1e-12  # q floor inside log q, and the penalty's unit
+    duplicates: str = "reject"  # training parse: reject (public code) or merge repeated goals
 
     def __post_init__(self):
         if not 0.0 < self.floor < 1.0:
@@ -44,6 +45,9 @@ class RewardConfig:
         if self.prior_weight < 0 or self.entropy_weight < 0:
             raise ValueError("RewardConfig prior_weight and entropy_weight must be >= 0, got "
                              f"{self.prior_weight}, {self.entropy_weight}")
+        if self.duplicates not in ("reject", "merge"):
+            raise ValueError(f"RewardConfig.duplicates must be reject or merge, got "
+                             f"{self.duplicates!r}")
         if self.format_penalty is not None and not math.isfinite(self.format_penalty):
             raise ValueError(f"format_penalty must be finite or None, got {self.format_penalty}")
 

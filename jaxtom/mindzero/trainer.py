@@ -253,7 +253,8 @@ def train(cfg: MindZeroConfig, progress: bool = True) -> dict:
         texts, completions, _ = sample_completions(
             learner.model(state), codec, prompts, key=sub, temperature=r.temperature,
             max_new_tokens=r.max_new_tokens)
-        parsed = [parse_particles(x, view.labels[e], mode="train", num_particles=n)
+        parsed = [parse_particles(x, view.labels[e], mode="train", num_particles=n,
+                                  duplicates=cfg.reward.duplicates)
                   for x, e in zip(texts, episode)]
         goals, q, ok = to_arrays(parsed, params.num_objects, n)
         reward, terms = _elbo(table[episode, t], goals, q, ok, t, None, cfg.reward)

@@ -90,6 +90,20 @@ def test_eval_is_lenient_and_merges_duplicates():
     assert r.ok and r.pairs == ((5, 7), (3, 7)) and r.q == pytest.approx((0.5, 0.5))
 
 
+def test_training_can_merge_duplicates_instead_of_failing():
+    text = completion([("red star", "blue star", 0.5), ("red star", "blue star", 0.25)])
+    assert parse_particles(text, LABELS, num_particles=2).reason == "duplicate goal pair"
+    r = parse_particles(text, LABELS, num_particles=2, duplicates="merge")
+    assert r.ok and r.pairs == ((5, 7),) and r.q == pytest.approx((1.0,))
+    swapped = completion([("red star", "blue star", 0.5), ("blue star", "red star", 0.5)])
+    r = parse_particles(swapped, LABELS, num_particles=2, duplicates="merge")
+    assert r.ok and r.pairs == ((5, 7), (7, 5))  # two different ordered goals
+    bad = completion([("red star", "blue star", 0.5), ("red star", "red star", 0.5)])
+    assert not parse_particles(bad, LABELS, num_particles=2, duplicates="merge").ok
+    with pytest.raises(ValueError, match="duplicates"):
+        parse_particles(text, LABELS, duplicates="keep")
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="mode"):
         parse_particles("{}", LABELS, mode="lenient")
