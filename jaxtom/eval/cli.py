@@ -8,18 +8,12 @@ a CToM config and prints CToM's table 1/2 columns.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 
 def is_mindzero_config(path: str | Path) -> bool:
-    from jaxtom.mindzero.config import MindZeroConfig
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"config file not found: {path}")
-    spec = importlib.util.spec_from_file_location(f"_eval_probe_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from jaxtom.mindzero.config import MindZeroConfig, config_module
+    module = config_module(path)
     return callable(getattr(module, "config", None)) and isinstance(module.config(),
                                                                     MindZeroConfig)
 

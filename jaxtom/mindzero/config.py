@@ -130,14 +130,21 @@ def parse_value(text: str):
         return text
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> MindZeroConfig:
-    """`config()` from a Python file, with `key.sub=value` overrides applied."""
+def config_module(path: str | Path):
+    """The Python module of a config file (a clear error when the file is missing)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"config file not found: {path}")
     spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> MindZeroConfig:
+    """`config()` from a Python file, with `key.sub=value` overrides applied."""
+    path = Path(path)
+    module = config_module(path)
     if not hasattr(module, "config"):
         raise ValueError(f"{path} must define config() -> MindZeroConfig")
     cfg = module.config()

@@ -22,12 +22,12 @@ import numpy as np
 from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld import qa_episodes, simulate
-from jaxtom.gridworld.episodes import layout_keys, split_params
+from jaxtom.gridworld.episodes import layout_keys
 from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.assist import assist
 from jaxtom.mindzero.config import MindZeroConfig
 from jaxtom.mindzero.observation import HostEpisodes
-from jaxtom.mindzero.trainer import env_params, load_model, make_episodes
+from jaxtom.mindzero.trainer import env_params, episode_params, load_model, make_episodes
 
 COLUMNS = (("top1", "top-1 goal acc"), ("log_score", "log score (true goal)"),
            ("brier", "Brier"), ("kl_exact", "KL(exact || q)"))
@@ -74,13 +74,9 @@ def qa_test_set(cfg: MindZeroConfig, train=None):
     (regenerated from the config when not given)."""
     if cfg.eval.qa_episodes <= 0:
         raise ValueError("eval.qa_episodes must be > 0 for a QA set")
-    params = env_params(cfg)
     if train is None:
         train, _ = make_episodes(cfg)
-    if cfg.data.split == "labels":
-        params = split_params(params, "test")
-    elif cfg.data.label_set == "figure7":  # as make_episodes: the 8 colored squares
-        params = params.replace(colors=tuple(range(params.num_objects)), shapes=(0,))
+    params = episode_params(cfg, "test")
     key = jax.random.fold_in(jax.random.key(cfg.seed), _QA_KEY)
     return qa_episodes(key, params, cfg.eval.qa_episodes, exclude_layouts=layout_keys(train),
                        seed=cfg.seed)

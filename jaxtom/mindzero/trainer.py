@@ -51,21 +51,25 @@ def make_episodes(cfg: MindZeroConfig):
     """(train, eval) episode sets: held-out labels and layouts (`split="labels"`, the paper's
     split) or fresh episodes over all labels (`"episodes"`, for models trained from scratch,
     which cannot know words they never saw)."""
-    params = env_params(cfg)
     k_train, k_eval = jax.random.split(jax.random.key(cfg.seed))
     d = cfg.data
-    if d.split == "labels":
-        train = generate_episodes(k_train, split_params(params, "train"), d.train_episodes,
-                                  batch_size=1024)
-        test = generate_episodes(k_eval, split_params(params, "test"), d.eval_episodes,
-                                 batch_size=1024, exclude_layouts=layout_keys(train))
-    else:
-        if d.label_set == "figure7":  # brown, pink, red, blue, green, yellow, orange, purple
-            params = params.replace(colors=tuple(range(params.num_objects)), shapes=(0,))
-        train = generate_episodes(k_train, params, d.train_episodes, batch_size=1024)
-        test = generate_episodes(k_eval, params, d.eval_episodes, batch_size=1024,
-                                 exclude_layouts=layout_keys(train))
+    train = generate_episodes(k_train, episode_params(cfg, "train"), d.train_episodes,
+                              batch_size=1024)
+    test = generate_episodes(k_eval, episode_params(cfg, "test"), d.eval_episodes,
+                             batch_size=1024, exclude_layouts=layout_keys(train))
     return train, test
+
+
+def episode_params(cfg: MindZeroConfig, split: str) -> EnvParams:
+    """Environment parameters of the train or test split: held-out labels (`split="labels"`)
+    or, with the `figure7` label set, always the 8 colored squares of Figure 7 (brown, pink,
+    red, blue, green, yellow, orange, purple)."""
+    params = env_params(cfg)
+    if cfg.data.split == "labels":
+        return split_params(params, split)
+    if cfg.data.label_set == "figure7":
+        return params.replace(colors=tuple(range(params.num_objects)), shapes=(0,))
+    return params
 
 
 def corpus(cfg: MindZeroConfig, views, rng) -> list[str]:
