@@ -49,12 +49,16 @@ def test_printing_a_fake_result_line_does_not_count():
     assert run_tests(code, TESTS).score == 0.0
 
 
+# a run must come back within its timeout; the slack absorbs a loaded 2-core CI machine (a
+# fork bomb took 16 s there with 4 s allowed), while a missing timeout would never return
+SLACK_S = 30
+
 @pytest.mark.parametrize("mode", MODES)
 def test_infinite_loop_times_out(mode):
     start = time.monotonic()
     r = run_tests("def task_func():\n    while True:\n        pass\n", TESTS, FAST, isolation=mode)
     assert r.score == 0.0 and "timed out" in r.error
-    assert time.monotonic() - start < FAST.timeout_s + 5
+    assert time.monotonic() - start < FAST.timeout_s + SLACK_S
     assert not _leftovers("jaxtom-sandbox-")
 
 
@@ -64,7 +68,7 @@ def test_memory_bomb_fails_cleanly(mode):
     start = time.monotonic()
     r = run_tests(code, TESTS, FAST, isolation=mode)
     assert r.score == 0.0 and r.total == 2
-    assert time.monotonic() - start < FAST.timeout_s + 5
+    assert time.monotonic() - start < FAST.timeout_s + SLACK_S
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -74,7 +78,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(mode):
     start = time.monotonic()
     r = run_tests(code, TESTS, FAST, isolation=mode)
     assert r.score == 0.0
-    assert time.monotonic() - start < FAST.timeout_s + 8
+    assert time.monotonic() - start < FAST.timeout_s + SLACK_S
     time.sleep(0.5)
     assert not _leftovers("jaxtom-sandbox-")
     assert len(os.listdir("/proc")) < before + 10
