@@ -53,6 +53,7 @@ def test_printing_a_fake_result_line_does_not_count():
 # fork bomb took 16 s there with 4 s allowed), while a missing timeout would never return
 SLACK_S = 30
 
+
 @pytest.mark.parametrize("mode", MODES)
 def test_infinite_loop_times_out(mode):
     start = time.monotonic()
