@@ -2,19 +2,16 @@
 revisions, COMMIT before any draft, budget exhaustion, answer-gated end), the visible
 transcript, hidden drafts, policy-token mask and prediction targets."""
 
-
-import jax
 import pytest
 
 from jaxtom.ctom import protocol as P
-from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.controller import ControllerConfig
 from jaxtom.ctom.data import builtin_tasks
-from jaxtom.ctom.policies import ScriptedPolicy
 from jaxtom.ctom.simulators import ScriptedSimulator, SimReply
 from jaxtom.ctom.targets import prediction_targets
-from jaxtom.tokenizer import llama3_tokenizer
 
-TOK = llama3_tokenizer()
+from .scripted import TOK, masked_text, run_scripted
+
 MATH = builtin_tasks("math")[1]  # answer 8
 WRITE = builtin_tasks("writing")[0]
 
@@ -42,16 +39,9 @@ def scripted(plan_by_prompt):
 
 
 def run(plan, tasks, cfg=None, sim=None):
-    policy = ScriptedPolicy(TOK, scripted(plan))
     cfg = cfg or ControllerConfig.for_domain(tasks[0].domain, plan_cap=64, draft_cap=256,
                                              revision_cap=256, prediction_cap=64)
-    convs = run_conversations(tasks, policy, sim or ScriptedSimulator(), TOK, cfg,
-                              key=jax.random.key(0))
-    return convs, policy
-
-
-def masked_text(seg, value):
-    return TOK.decode([t for t, m in zip(seg.tokens, seg.policy) if m == value])
+    return run_scripted(scripted(plan), tasks, cfg, sim)
 
 
 def test_draft_with_revisions_then_answer_gated_end():

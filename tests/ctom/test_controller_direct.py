@@ -3,21 +3,19 @@ stand-in policy: one visible response per round, the policy mask, the end condit
 (answer-gated math, `I WANT TO ANSWER:` on coding/writing, budget, simulator failure), and the
 `ctom.*` overrides that switch a config to the baseline or an ablation."""
 
-import jax
 import pytest
 
 from jaxtom.config import ConfigError
 from jaxtom.ctom import protocol as P
-from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.controller import ControllerConfig
 from jaxtom.ctom.data import builtin_tasks
-from jaxtom.ctom.policies import ScriptedPolicy
 from jaxtom.ctom.prompts import BASELINE_PROMPTS
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.simulators import ScriptedSimulator, SimReply
 from jaxtom.ctom.train import CToMSettings, apply_settings_overrides
-from jaxtom.tokenizer import llama3_tokenizer
 
-TOK = llama3_tokenizer()
+from .scripted import TOK, masked_text, run_scripted
+
 MATH = builtin_tasks("math")[1]  # answer 8
 CODE = builtin_tasks("coding")[8]
 WRITE = builtin_tasks("writing")[0]
@@ -36,15 +34,8 @@ def scripted(responses_by_prompt):
 
 
 def run(responses, tasks, sim=None, **overrides):
-    policy = ScriptedPolicy(TOK, scripted(responses))
     cfg = ControllerConfig.for_domain(tasks[0].domain, mode="direct", **overrides)
-    convs = run_conversations(tasks, policy, sim or ScriptedSimulator(), TOK, cfg,
-                              key=jax.random.key(0))
-    return convs, policy
-
-
-def policy_text(seg, value):
-    return TOK.decode([t for t, m in zip(seg.tokens, seg.policy) if m == value])
+    return run_scripted(scripted(responses), tasks, cfg, sim)
 
 
 def test_coding_question_then_marked_submission_ends_on_commit():
@@ -65,9 +56,9 @@ def test_coding_question_then_marked_submission_ends_on_commit():
         first = seg.policy.index(1.0)
         assert all(m == 0.0 for m in seg.policy[:first]) and all(m == 1.0 for m in
                                                                    seg.policy[first:])
-        shown = policy_text(seg, 1.0)
+        shown = masked_text(seg, 1.0)
         assert shown.endswith(EOT) and rnd.shown in shown
-        history = policy_text(seg, 0.0)
+        history = masked_text(seg, 0.0)
         assert BASELINE_PROMPTS["coding"] in history and P.PLAN_START not in history
         assert history.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
