@@ -22,7 +22,7 @@ from jaxtom.gridworld.types import (
     observe,
 )
 
-_MOVE_IDS = jnp.array(MOVES)
+_MOVE_IDS = np.array(MOVES, np.int32)  # NumPy: no JAX work at import time
 
 
 def scene_view(state: EnvState, params: EnvParams) -> SceneView:

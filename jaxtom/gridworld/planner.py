@@ -29,7 +29,7 @@ from jaxtom.gridworld.types import (
 )
 
 NEG_INF = -jnp.inf
-_MOVE_IDS = jnp.array(MOVES)
+_MOVE_IDS = np.array(MOVES, np.int32)  # NumPy: no JAX work at import time
 
 
 def cell_of(pos: jnp.ndarray, width: int) -> jnp.ndarray:
