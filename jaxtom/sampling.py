@@ -44,9 +44,23 @@ class GenerationResult(NamedTuple):
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
 
 
-def choose_tokens(logits, key, temperature, top_k, top_p, use_filter: bool, greedy: bool = False):
+def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
+    """One key per row, `fold_in(key, row_id)`: a row's draws then depend on its own id only,
+    not on which rows share the batch, so a process sampling a shard of the prompts (with
+    their global ids) draws exactly what one process sampling them all would."""
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, row_ids)
+
+
+def step_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
+    """The keys of one decode step: each row key folded with the step index."""
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+
+
+def choose_tokens(logits, keys, temperature, top_k, top_p, use_filter: bool, greedy: bool = False):
     """Samples (or argmaxes when temperature <= 0) one token per row; returns token, logprob.
 
+    `keys` holds one key per row (see `row_keys`): each row's Gumbel noise comes from its own
+    key alone, so it does not depend on the batch size or the other rows.
     `greedy` is static: it skips drawing Gumbel noise, which costs more than the argmax.
     """
     logits = logits.astype(jnp.float32)
@@ -65,13 +79,13 @@ def choose_tokens(logits, key, temperature, top_k, top_p, use_filter: bool, gree
         nucleus = jnp.min(kept, axis=-1)
         threshold = jnp.maximum(kth, nucleus)[:, None]
         scaled = jnp.where(scaled < threshold, -jnp.inf, scaled)
-    sampled = jax.random.categorical(key, scaled, axis=-1)
+    sampled = jax.vmap(lambda k, row: jax.random.categorical(k, row))(keys, scaled)
     token = jnp.where(temperature <= 0, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
     return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
 def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, tokens, chunk_lens,
-                   starts, active, key, temperature, top_k, top_p, stop_ids, tables):
+                   starts, active, row_ids, key, temperature, top_k, top_p, stop_ids, tables):
     model = nnx.merge(graphdef, state)
     B = tokens.shape[0]
     n_str = tables.shape[0]
@@ -89,26 +103,25 @@ def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, 
     layers = model.layer_arrays()
     cache = (tuple(cache.k), tuple(cache.v))
     last = jnp.take_along_axis(logits, (chunk_lens - 1)[:, None, None], axis=1)[:, 0]
-    key, sub = jax.random.split(key)
-    tok, lp = choose_tokens(last, sub, temperature, top_k, top_p, use_filter, greedy)
+    rkeys = row_keys(key, row_ids)
+    tok, lp = choose_tokens(last, step_keys(rkeys, 0), temperature, top_k, top_p, use_filter, greedy)
     out_tok = jnp.full((B, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
     out_lp = jnp.zeros((B, max_new), jnp.float32).at[:, 0].set(lp)
     hit, sstate = stopped(tok, jnp.zeros((B, n_str), jnp.int32))
     n_gen = jnp.ones((B,), jnp.int32)
     carry = (jnp.int32(1), cache, starts + chunk_lens, tok, hit | ~active | (max_new <= 1),
-             hit, sstate, out_tok, out_lp, n_gen, key)
+             hit, sstate, out_tok, out_lp, n_gen)
 
     def cond(c):
         return (c[0] < max_new) & ~jnp.all(c[4])
 
     def body(c):
-        step, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen, key = c
+        step, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen = c
         logits, keys, values = model.forward_layers_cached(tok[:, None], cache[0], cache[1],
                                                            lengths, layers)
         cache = (tuple(keys), tuple(values))
         lengths = lengths + (~done).astype(jnp.int32)
-        key, sub = jax.random.split(key)
-        new, lp = choose_tokens(logits[:, 0], sub, temperature, top_k, top_p, use_filter,
+        new, lp = choose_tokens(logits[:, 0], step_keys(rkeys, step), temperature, top_k, top_p, use_filter,
                                 greedy)
         hit, new_sstate = stopped(new, sstate)
         out_tok = out_tok.at[:, step].set(jnp.where(done, pad_id, new))
@@ -118,10 +131,9 @@ def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, 
         sstate = jnp.where(done[:, None], sstate, new_sstate)
         tok = jnp.where(done, tok, new)
         done = done | hit | (n_gen >= max_new)
-        return (step + 1, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen,
-                key)
+        return (step + 1, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen)
 
-    _, cache, lengths, tok, _, finished, _, out_tok, out_lp, n_gen, _ = jax.lax.while_loop(
+    _, cache, lengths, tok, _, finished, _, out_tok, out_lp, n_gen = jax.lax.while_loop(
         cond, body, carry)
     cache = KVCache(jnp.stack(cache[0]), jnp.stack(cache[1]))
     return out_tok, out_lp, n_gen, finished, cache, lengths, tok
@@ -144,8 +156,8 @@ def _compiled(graphdef, statics, mesh, state):
             params = jax.tree.map(lambda x: x.sharding, state)
             _COMPILED[key] = jax.jit(
                 fn, donate_argnums=(1,),
-                in_shardings=(params, KVCache(cache, cache), mat, row, row, row, rep, rep, rep,
-                              rep, rep, rep),
+                in_shardings=(params, KVCache(cache, cache), mat, row, row, row, row, rep, rep,
+                              rep, rep, rep, rep),
                 out_shardings=(mat, mat, row, row, KVCache(cache, cache), row, row))
     return _COMPILED[key]
 
@@ -176,11 +188,17 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
              max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
              stop: Sequence[int | str] = (), key: jax.Array | None = None, tokenizer=None,
              resume: ResumeState | None = None, stop_at_eos: bool = True,
-             max_cache_len: int | None = None, pad_id: int = 0) -> GenerationResult:
+             max_cache_len: int | None = None, pad_id: int = 0,
+             row_ids: Sequence[int] | np.ndarray | None = None) -> GenerationResult:
     """Generates up to `max_new_tokens` per prompt; temperature <= 0 means greedy.
 
     `prompts` are token-id lists (or strings with `tokenizer=`); with `resume=` they are the
     tokens to append to each row's cached sequence before generating again.
+
+    Row i samples with `fold_in(fold_in(key, row_ids[i]), step)` (`row_ids` defaults to
+    0..B-1), so its tokens depend only on its prompt, the key and its id: a process that
+    samples `prompts[a:b]` with `row_ids=range(a, b)` gets the rows a single process
+    sampling all prompts would. Resuming restarts the step count: pass a fresh key.
     """
     cfg = model.config
     if max_new_tokens < 1:
@@ -208,8 +226,16 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
     stop_ids, stop_strs = _split_stops(stop, tokenizer, cfg.eos_token_ids if stop_at_eos else ())
 
-    mesh = model_mesh(model)
     n_real = len(rows)
+    if row_ids is None:
+        ids = np.arange(n_real, dtype=np.int64)
+    else:
+        ids = np.asarray(row_ids).astype(np.int64).reshape(-1)
+        if ids.shape != (n_real,):
+            raise ValueError(f"row_ids has {ids.size} entries for {n_real} prompts")
+        if ids.size and (ids.min() < 0 or ids.max() >= 2 ** 32):
+            raise ValueError("row_ids must lie in [0, 2**32)")
+    mesh = model_mesh(model)
     multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
     B = _bucket(n_real, multiple)
     rows = rows + [[pad_id]] * (B - n_real)
@@ -233,6 +259,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         tokens[i, :len(r)] = r
     lens = np.asarray([len(r) for r in rows], np.int32)
     active = np.arange(B) < n_real
+    ids = np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32)
     tables = stop_tables(stop_strs, tokenizer.token_texts()) if stop_strs else np.zeros(
         (0, 1, cfg.vocab_size), np.int16)
 
@@ -242,7 +269,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     fn = _compiled(graphdef, (max_new_tokens, use_filter, greedy, pad_id), mesh, state)
     if mesh is not None:
         cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
-    out = fn(state, cache, tokens, lens, starts, active, key, jnp.float32(temperature),
+    out = fn(state, cache, tokens, lens, starts, active, ids, key, jnp.float32(temperature),
              jnp.int32(top_k), jnp.float32(top_p), jnp.asarray(stop_ids or [-1], jnp.int32),
              jnp.asarray(tables))
     out_tok, out_lp, n_gen, finished, cache, lengths, pending = out

@@ -142,3 +142,27 @@ def test_bad_requests(qwen):
         sampling.generate(model, [[1]], max_new_tokens=2, temperature=0.0, stop=["x"])
     with pytest.raises(ValueError, match=r"lie in \[0, 256\)"):
         sampling.generate(model, [[256]], max_new_tokens=2, temperature=0.0)
+
+
+def test_rows_sample_from_their_own_keys(qwen):
+    """Row i's draws depend on (key, row_ids[i]) only: a shard of the prompts sampled with its
+    global row ids equals those rows of the full batch, whatever the batch or padding."""
+    model, _ = qwen
+    rng = np.random.default_rng(1)
+    lengths = [19, 3, 11, 7, 5, 1, 6, 2]  # the shard's longest prompt buckets to fewer slots
+    prompts = [rng.integers(1, 256, n).tolist() for n in lengths]
+    kw = dict(max_new_tokens=12, temperature=1.0, key=jax.random.key(11))
+    full = sampling.generate(model, prompts, **kw)
+    shard = sampling.generate(model, prompts[4:], row_ids=[4, 5, 6, 7], **kw)
+    assert np.array_equal(shard.tokens, full.tokens[4:])
+    assert np.array_equal(shard.lengths, full.lengths[4:])
+    # log-probs are O(log vocab) ~ 5.5 and come out of different-shaped float32 programs
+    np.testing.assert_allclose(shard.logprobs, full.logprobs[4:], rtol=0, atol=2e-5)
+    default_ids = sampling.generate(model, prompts[4:], **kw)  # ids 0..3: other draws
+    assert not np.array_equal(default_ids.tokens, full.tokens[4:])
+    greedy = dict(max_new_tokens=12, temperature=0.0)
+    assert np.array_equal(sampling.generate(model, prompts[4:], row_ids=[4, 5, 6, 7],
+                                            **greedy).tokens,
+                          sampling.generate(model, prompts, **greedy).tokens[4:])
+    with pytest.raises(ValueError, match="row_ids has 3 entries for 4 prompts"):
+        sampling.generate(model, prompts[4:], row_ids=[1, 2, 3], **kw)
