@@ -9,9 +9,12 @@ Per-token arrays are aligned with `tokens` (entry t belongs to token t).
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -122,3 +125,60 @@ def prediction_batch(contexts: Sequence[Sequence[int]], targets: Sequence[Sequen
         segments[i, :L] = 1
         target[i, len(ctx):L] = 1.0
     return PredictionBatch(tokens, positions, segments, target)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pad_leading(x, rows: int, fill):
+    """Appends rows of `fill` to axis 0 (NumPy in, NumPy out; traced in, traced out)."""
+    extra = rows - x.shape[0]
+    if extra == 0:
+        return x
+    xp = np if isinstance(x, np.ndarray) else jnp
+    pad = xp.full((extra, *x.shape[1:]), fill, dtype=x.dtype)
+    return xp.concatenate([x, pad], axis=0)
+
+
+def pad_rows(batch: Batch, multiple: int, *, min_rows: int = 0,
+             min_prediction_rows: int = 0) -> Batch:
+    """Appends empty rows so the policy rows and the prediction rows are each a multiple of
+    `multiple` (and at least `min_rows` / `min_prediction_rows`).
+
+    Padding rows have zero masks, advantages and segment ids (group id -1), so they add
+    nothing to any loss, count or gradient: the mesh and micro-/mini-batch splits then never
+    need the rollout to produce a particular number of rows.
+    """
+    if not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"pad_rows: multiple must be a positive int, got {multiple!r}")
+    rows = _round_up(max(batch.tokens.shape[0], min_rows), multiple)
+    fills = {"group_ids": -1}
+    out = {f.name: (None if getattr(batch, f.name) is None or f.name == "prediction" else
+                    _pad_leading(getattr(batch, f.name), rows, fills.get(f.name, 0)))
+           for f in dataclasses.fields(batch)}
+    if batch.prediction is not None:
+        p = batch.prediction
+        prows = _round_up(max(p.tokens.shape[0], min_prediction_rows), multiple)
+        out["prediction"] = jax.tree.map(lambda x: _pad_leading(x, prows, 0), p)
+    return Batch(**out)
+
+
+def split_rows(tree, parts: int):
+    """[R, ...] leaves -> [parts, R/parts, ...], row r in part r % parts.
+
+    Interleaved rather than contiguous: the rows are sharded in contiguous blocks over the
+    data axes, so every part takes the same number of rows from every shard and no part has
+    to move between devices.
+    """
+    def one(x):
+        if x.shape[0] % parts:
+            raise ValueError(f"split_rows: {x.shape[0]} rows do not split into {parts} parts; "
+                             f"pad them first (pad_rows)")
+        return jnp.swapaxes(x.reshape(x.shape[0] // parts, parts, *x.shape[1:]), 0, 1)
+    return jax.tree.map(one, tree)
+
+
+def merge_rows(tree):
+    """Inverse of `split_rows`: [parts, R/parts, ...] -> [R, ...] in the original order."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), tree)

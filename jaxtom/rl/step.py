@@ -1,6 +1,10 @@
-"""One jitted GRPO update: `(TrainState, Batch) -> (TrainState, metrics)`.
+"""One jitted GRPO update per rollout batch: `(TrainState, Batch) -> (TrainState, metrics)`.
 
-The step takes two gradients from two forwards: g_grpo of `L_GRPO - lambda_H H` on the policy
+A rollout batch is split into `ppo_mini_batches` mini-batches, and each of `ppo_epochs`
+epochs takes one optimiser update per mini-batch (a `lax.scan` inside the one program), with
+old log-probs scored once by the rollout policy so the ratio and both clips act from the
+second update on. Rows are padded (never rejected) to the multiple the mesh and the splits
+need. Each update takes two gradients from two forwards: g_grpo of `L_GRPO - lambda_H H` on the policy
 rows, g_pred of `L_pred` on the prediction rows, caps the latter with eta (CToM eq. 7), then
 clips by global norm and applies AdamW. Losses are accumulated as sums over micro-batches and
 divided by counts taken from the whole batch, so any micro-batch split gives the same update.
@@ -11,10 +15,12 @@ state untouched.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -22,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtom import parallel
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import losses
-from jaxtom.rl.batch import Batch
+from jaxtom.rl.batch import Batch, merge_rows, pad_rows, split_rows
 from jaxtom.rl.gradients import combine_gradients, global_norm
 
 REFERENCES = ("frozen_copy", "lora_disabled", "batch", "none")
@@ -30,7 +36,14 @@ REFERENCES = ("frozen_copy", "lora_disabled", "batch", "none")
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
-    """Static hyperparameters of the update (hashable: part of what gets compiled)."""
+    """Static hyperparameters of the update (hashable: part of what gets compiled).
+
+    `warmup_steps` and `total_steps` count rollout batches (`Learner.update` calls, the
+    trainer's step); the LR schedule itself runs over optimiser updates, of which there are
+    `updates_per_batch = ppo_epochs * ppo_mini_batches` per rollout batch, so update u of
+    batch s uses lr = schedule(s * updates_per_batch + u) on a schedule that is
+    `total_steps * updates_per_batch` updates long (`make_schedule`).
+    """
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float = 3.0
@@ -46,9 +59,15 @@ class StepConfig:
     adam_b1: float = 0.9
     adam_b2: float = 0.999
     adam_eps: float = 1e-8
-    micro_batches: int = 1
+    micro_batches: int = 1  # gradient accumulation inside one update (same update for any value)
+    ppo_mini_batches: int = 1  # optimiser updates per rollout batch and epoch
+    ppo_epochs: int = 1  # passes over the rollout batch
     lora: bool = False  # train only the LoRA adapters (the model must carry them)
     reference: str = "auto"  # frozen_copy | lora_disabled | batch | none | auto
+
+    @property
+    def updates_per_batch(self) -> int:
+        return self.ppo_epochs * self.ppo_mini_batches
 
     def resolved_reference(self) -> str:
         if self.reference != "auto":
@@ -60,7 +79,7 @@ class StepConfig:
 
 @struct.dataclass
 class TrainState:
-    step: jax.Array  # int32: updates attempted so far
+    step: jax.Array  # int32: rollout batches (`Learner.update` calls) so far
     params: Any  # trainable nnx.State (all params, or only the LoRA adapters)
     frozen: Any  # the rest of the model (base weights under LoRA; empty otherwise)
     ref_params: Any  # frozen copy of the initial trainable params, or None
@@ -69,18 +88,26 @@ class TrainState:
 
 
 def make_schedule(cfg: StepConfig):
-    decay = max(cfg.total_steps, cfg.warmup_steps + 1)
+    """Warmup + cosine LR as a function of the optimiser-update index (not the rollout step)."""
+    u = cfg.updates_per_batch
+    warmup, total = cfg.warmup_steps * u, cfg.total_steps * u
     return optax.warmup_cosine_decay_schedule(
-        0.0 if cfg.warmup_steps else cfg.learning_rate, cfg.learning_rate,
-        cfg.warmup_steps, decay, cfg.learning_rate * cfg.end_lr_ratio)
+        0.0 if warmup else cfg.learning_rate, cfg.learning_rate,
+        warmup, max(total, warmup + 1), cfg.learning_rate * cfg.end_lr_ratio)
 
 
 def make_optimizer(cfg: StepConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then AdamW on a warmup + cosine schedule."""
+    """Global-norm clipping, then AdamW's direction (Adam + decoupled weight decay).
+
+    The learning rate is left out: the step multiplies by -schedule(update index) itself, so
+    the schedule follows the explicit update counter (state.step * updates_per_batch + u)
+    rather than Adam's count, which skipped (empty or non-finite) updates do not advance.
+    `params - lr * direction` is exactly optax.adamw's update.
+    """
     return optax.chain(
         optax.clip_by_global_norm(cfg.max_grad_norm),
-        optax.adamw(make_schedule(cfg), b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
-                    weight_decay=cfg.weight_decay))
+        optax.scale_by_adam(b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
+        optax.add_decayed_weights(cfg.weight_decay))
 
 
 def _tree_shardings(tree, mesh: Mesh, rules=None):
@@ -97,23 +124,15 @@ def _tree_shardings(tree, mesh: Mesh, rules=None):
     return jax.tree.map(one, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-def _split_micro(tree, m: int):
-    """[B, ...] leaves -> [m, B/m, ...], interleaved so each micro-batch spans every shard."""
-    def one(x):
-        if x.shape[0] % m:
-            raise ValueError(f"batch dimension {x.shape[0]} is not divisible by "
-                             f"micro_batches={m}")
-        return jnp.swapaxes(x.reshape(x.shape[0] // m, m, *x.shape[1:]), 0, 1)
-    return jax.tree.map(one, tree)
-
-
 class Learner:
     """Owns the static parts of training (graph, optimiser, mesh) and the compiled step."""
 
     def __init__(self, model: Decoder, cfg: StepConfig, mesh: Mesh | None = None,
                  rules: dict | None = None):
-        if cfg.micro_batches < 1:
-            raise ValueError(f"micro_batches must be a positive int, got {cfg.micro_batches}")
+        for name in ("micro_batches", "ppo_mini_batches", "ppo_epochs"):
+            value = getattr(cfg, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"StepConfig.{name} must be a positive int, got {value!r}")
         ref = cfg.resolved_reference()
         if ref not in REFERENCES:
             raise ValueError(f"reference must be one of {REFERENCES + ('auto',)}, got {ref!r}")
@@ -152,21 +171,47 @@ class Learner:
         return jax.tree.map(lambda x: parallel.batch_sharding(self.mesh, x.ndim, x.shape[0]),
                             batch)
 
+    @property
+    def row_multiple(self) -> int:
+        """Rows (and prediction rows) per update call are padded to a multiple of this:
+        data-parallel size x micro_batches x ppo_mini_batches."""
+        dp = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+        return dp * self.cfg.micro_batches * self.cfg.ppo_mini_batches
+
     def put_batch(self, local_batch: Batch) -> Batch:
-        """Global batch from this process's rows (all rows on a single process)."""
+        """Global batch from this process's rows (all rows on a single process), padded.
+
+        Each process pads its rows to its share of `row_multiple`; processes whose rollouts
+        packed into different row counts agree on the largest (one small host all-gather).
+        """
+        nproc = jax.process_count()
+        local_multiple = self.row_multiple // math.gcd(self.row_multiple, nproc)
+        rows = local_batch.tokens.shape[0]
+        prows = 0 if local_batch.prediction is None else local_batch.prediction.tokens.shape[0]
+        if nproc > 1:
+            from jax.experimental import multihost_utils
+            counts = np.asarray(multihost_utils.process_allgather(np.asarray([rows, prows])))
+            rows, prows = (int(c) for c in counts.reshape(-1, 2).max(axis=0))
+        local = pad_rows(jax.tree.map(np.asarray, local_batch), local_multiple,
+                         min_rows=rows, min_prediction_rows=prows)
         return jax.tree.map(
             lambda x: jax.make_array_from_process_local_data(
-                parallel.batch_sharding(self.mesh, x.ndim, x.shape[0] * jax.process_count()),
-                x),
-            local_batch)
+                parallel.batch_sharding(self.mesh, x.ndim, x.shape[0] * nproc), x),
+            local)
 
     def model(self, state: TrainState) -> Decoder:
         return nnx.merge(self.graphdef, state.params, state.frozen)
 
-    # ---- the step ----------------------------------------------------------------------
-    def step(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
-        """Runs one update; compiled once per batch structure and shapes, state donated."""
-        key = jax.tree.structure(batch)
+    # ---- the update --------------------------------------------------------------------
+    def update(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+        """All optimiser updates for one rollout batch, as one compiled program.
+
+        Compiled once per batch structure and shapes; `state` is donated. Rows that are not
+        a multiple of `row_multiple` are padded inside the program (`put_batch` pads first,
+        so its arrays arrive sharded).
+        """
+        key = (jax.tree.structure(batch),
+               tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
         if key not in self._compiled:
             state_sh = self.state_shardings(state)
             rep = NamedSharding(self.mesh, PartitionSpec())
@@ -175,26 +220,33 @@ class Learner:
                 out_shardings=(state_sh, rep), donate_argnums=(0,))
         return self._compiled[key](state, batch)
 
+    def step(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+        """Alias of `update` (the name existing callers use)."""
+        return self.update(state, batch)
+
     def _forward(self, params, frozen, tokens, positions, segments):
         model = nnx.merge(self.graphdef, params, frozen)
         return model(tokens, positions, segments)
 
-    def _reference_logp(self, state, params, mb: Batch):
-        if self.reference == "batch":
+    def _reference_params(self, state, params):
+        return (state.ref_params if self.reference == "frozen_copy"
+                else jax.tree.map(jnp.zeros_like, params))  # lora_disabled: zero adapters
+
+    def _reference_logp(self, state, params, mb: Batch, ref_in_batch: bool):
+        if self.reference == "none":
+            return None
+        if self.reference == "batch" or ref_in_batch:
             if mb.ref_logp is None:
                 raise ValueError("reference='batch' needs batch.ref_logp")
             return mb.ref_logp
-        if self.reference == "none":
-            return None
-        ref = (state.ref_params if self.reference == "frozen_copy"
-               else jax.tree.map(jnp.zeros_like, params))
-        logits = self._forward(ref, state.frozen, mb.tokens, mb.positions, mb.segment_ids)
+        logits = self._forward(self._reference_params(state, params), state.frozen, mb.tokens,
+                               mb.positions, mb.segment_ids)
         return jax.lax.stop_gradient(losses.token_logprobs(logits, mb.tokens))
 
-    def _micro_grads(self, state, mb: Batch, counts):
+    def _micro_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool):
         cfg = self.cfg
         n_policy, n_decision, n_targets = counts
-        ref_logp = self._reference_logp(state, state.params, mb)
+        ref_logp = self._reference_logp(state, params, mb, ref_in_batch)
 
         def grpo_objective(params):
             logits = self._forward(params, state.frozen, mb.tokens, mb.positions,
@@ -214,7 +266,7 @@ class Learner:
                 objective = objective - cfg.lambda_entropy * ent / jnp.maximum(n_decision, 1.0)
             return objective, stats
 
-        (_, stats), g_grpo = jax.value_and_grad(grpo_objective, has_aux=True)(state.params)
+        (_, stats), g_grpo = jax.value_and_grad(grpo_objective, has_aux=True)(params)
         g_pred = None
         if self._uses_prediction(mb):
             p = mb.prediction
@@ -226,14 +278,15 @@ class Learner:
                                                    p.target_mask)
                 return total / jnp.maximum(n_targets, 1.0)
 
-            stats["pred"], g_pred = jax.value_and_grad(pred_objective)(state.params)
+            stats["pred"], g_pred = jax.value_and_grad(pred_objective)(params)
         return g_grpo, g_pred, stats
 
     def _uses_prediction(self, batch: Batch) -> bool:
         return batch.prediction is not None and self.cfg.lambda_pred != 0
 
-    def _gradients(self, state: TrainState, batch: Batch):
-        """(combined, eta, g_grpo, g_pred or None, counts, stats): the step's gradient rule."""
+    def _gradients(self, state: TrainState, params, batch: Batch, ref_in_batch: bool = False):
+        """(combined, eta, g_grpo, g_pred or None, counts, stats): one update's gradient rule
+        on `batch` (a whole mini-batch; token means over it, however it is micro-split)."""
         cfg = self.cfg
         n_policy = jnp.sum(batch.policy_mask)
         n_decision = (jnp.sum(batch.decision_mask) if batch.decision_mask is not None
@@ -242,17 +295,16 @@ class Learner:
                      .astype(jnp.float32) if batch.prediction is not None else jnp.float32(0))
         counts = (n_policy, n_decision, n_targets)
         m = cfg.micro_batches
+        grads = lambda mb: self._micro_grads(state, params, mb, counts, ref_in_batch)  # noqa: E731
         if m == 1:
-            g_grpo, g_pred, stats = self._micro_grads(state, batch, counts)
+            g_grpo, g_pred, stats = grads(batch)
         else:
-            micro = _split_micro(batch, m)
-            first = jax.tree.map(lambda x: x[0], micro)
-            shapes = jax.eval_shape(lambda b: self._micro_grads(state, b, counts), first)
+            micro = split_rows(batch, m)
+            shapes = jax.eval_shape(grads, jax.tree.map(lambda x: x[0], micro))
             zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
             def body(acc, mb):
-                out = self._micro_grads(state, mb, counts)
-                return jax.tree.map(jnp.add, acc, out), None
+                return jax.tree.map(jnp.add, acc, grads(mb)), None
 
             (g_grpo, g_pred, stats), _ = jax.lax.scan(body, zeros, micro)
         if g_pred is not None:
@@ -262,25 +314,52 @@ class Learner:
         return combined, eta, g_grpo, g_pred, counts, stats
 
     def gradients(self, state: TrainState, batch: Batch):
-        """The step's (combined gradient, eta, g_grpo, g_pred) without updating anything."""
-        if "grads" not in self._compiled:
-            self._compiled["grads"] = jax.jit(lambda s, b: self._gradients(s, b)[:4])
-        return self._compiled["grads"](state, batch)
+        """One update's (combined gradient, eta, g_grpo, g_pred) on the whole batch (as a
+        single mini-batch), without updating anything."""
+        multiple = self.row_multiple // self.cfg.ppo_mini_batches
+        key = ("grads", jax.tree.structure(batch))
+        if key not in self._compiled:
+            self._compiled[key] = jax.jit(
+                lambda s, b: self._gradients(s, s.params, pad_rows(b, multiple))[:4])
+        return self._compiled[key](state, batch)
 
-    def _update(self, state: TrainState, batch: Batch):
+    def _score(self, params, frozen, rows: Batch) -> jax.Array:
+        """Log-probs of `rows` [R, T] (no gradient), one micro-batch of logits at a time."""
+        m = self.cfg.micro_batches
+        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids), m)
+        out = jax.lax.map(lambda t: losses.token_logprobs(self._forward(params, frozen, *t),
+                                                          t[0]), micro)
+        return jax.lax.stop_gradient(merge_rows(out))
+
+    def _score_rollout(self, state: TrainState, minis: Batch) -> tuple[Batch, bool]:
+        """Old (rollout-policy) and reference log-probs, scored once before any update.
+
+        Only for several updates per batch: with one update the ratio is 1 by construction
+        and the reference is cheaper computed inside the gradient's micro-batches.
+        """
+        score = lambda params, b: jax.lax.map(  # noqa: E731
+            lambda r: self._score(params, state.frozen, r), b)
+        if minis.old_logp is None:
+            minis = minis.replace(old_logp=score(state.params, minis))
+        if self.reference in ("frozen_copy", "lora_disabled"):
+            ref = score(self._reference_params(state, state.params), minis)
+            return minis.replace(ref_logp=ref), True
+        return minis, False
+
+    def _apply(self, state, params, opt_state, mini: Batch, lr, ref_in_batch):
+        """One optimiser update on one mini-batch: (params, opt_state, metrics)."""
         cfg = self.cfg
-        combined, eta, g_grpo, g_pred, counts, stats = self._gradients(state, batch)
+        combined, eta, g_grpo, g_pred, counts, stats = self._gradients(state, params, mini,
+                                                                       ref_in_batch)
         n_policy, n_decision, n_targets = counts
         pred_norm = global_norm(g_pred) if g_pred is not None else jnp.float32(0.0)
         grad_norm = global_norm(combined)
         has_signal = (n_policy > 0) | (n_targets > 0) | ((n_decision > 0) &
                                                           (cfg.lambda_entropy != 0))
         apply = has_signal & jnp.isfinite(grad_norm)
-        updates, new_opt = self.tx.update(combined, state.opt_state, state.params)
-        new_params = optax.apply_updates(state.params, updates)
+        direction, new_opt = self.tx.update(combined, opt_state, params)
+        new_params = optax.apply_updates(params, jax.tree.map(lambda d: -lr * d, direction))
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
-        new_state = state.replace(step=state.step + 1, params=keep(new_params, state.params),
-                                  opt_state=keep(new_opt, state.opt_state))
         denom = jnp.maximum(n_policy, 1.0)
         metrics = {
             "loss_grpo": stats["grpo"], "grad_norm_grpo": global_norm(g_grpo),
@@ -288,13 +367,41 @@ class Learner:
             "kl": stats["kl"] / denom, "clip_frac": stats["clip"] / denom,
             "dual_clip_frac": stats["dual_clip"] / denom,
             "policy_tokens": n_policy, "skipped": 1.0 - apply.astype(jnp.float32),
-            "learning_rate": self.schedule(state.step),
+            "learning_rate": lr,
         }
         if "entropy" in stats:
             metrics["entropy"] = stats["entropy"] / jnp.maximum(n_decision, 1.0)
         if "pred" in stats:
             metrics["loss_pred"] = stats["pred"]
-        return new_state, jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
+        metrics = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
+        return keep(new_params, params), keep(new_opt, opt_state), metrics
+
+    def _update(self, state: TrainState, batch: Batch):
+        cfg = self.cfg
+        n, updates = cfg.ppo_mini_batches, cfg.updates_per_batch
+        batch = pad_rows(batch, self.row_multiple)
+        minis = split_rows(batch, n)  # [n, rows / n, ...]; prediction rows split alike
+        ref_in_batch = False
+        if updates > 1:
+            minis, ref_in_batch = self._score_rollout(state, minis)
+
+        def body(carry, u):
+            params, opt_state = carry
+            mini = jax.tree.map(lambda x: x[u % n], minis)  # epoch u // n, mini-batch u % n
+            lr = self.schedule(state.step * updates + u)
+            params, opt_state, metrics = self._apply(state, params, opt_state, mini, lr,
+                                                     ref_in_batch)
+            return (params, opt_state), metrics
+
+        (params, opt_state), per_update = jax.lax.scan(
+            body, (state.params, state.opt_state), jnp.arange(updates))
+        metrics = {k: jnp.mean(v) for k, v in per_update.items()}
+        metrics["policy_tokens"] = jnp.sum(batch.policy_mask).astype(jnp.float32)
+        metrics["clip_frac_last"] = per_update["clip_frac"][-1]
+        metrics["dual_clip_frac_last"] = per_update["dual_clip_frac"][-1]
+        metrics["updates"] = jnp.float32(updates)
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        return new_state, metrics
 
     # ---- scoring (old / reference log-probs for multi-epoch updates) ---------------------
     def logprobs(self, state: TrainState, batch: Batch) -> jax.Array:

@@ -77,9 +77,12 @@ def test_eta_and_combined_gradient_match_formula(learner):
         assert float(eta2) == pytest.approx(want, rel=1e-5)
         np.testing.assert_allclose(flat(c2), flat(g1) + want * lam * flat(g2), atol=1e-6)
     assert float(rl.combine_gradients(g1, g2, 1e-3)[1]) == 1.0
-    # the step applies exactly clip + AdamW to that combined gradient
-    want = flat(jax.jit(lambda g, o, p: optax.apply_updates(p, learner.tx.update(g, o, p)[0]))(
-        combined, state.opt_state, state.params))
+    # the step applies exactly clip + optax's own AdamW to that combined gradient
+    adamw = optax.chain(optax.clip_by_global_norm(CFG.max_grad_norm),
+                        optax.adamw(CFG.learning_rate, b1=CFG.adam_b1, b2=CFG.adam_b2,
+                                    eps=CFG.adam_eps, weight_decay=CFG.weight_decay))
+    want = flat(jax.jit(lambda g, p: optax.apply_updates(p, adamw.update(g, adamw.init(p), p)[0]))(
+        combined, state.params))
     new_state, metrics = learner.step(state, learner.put_batch(batch))
     np.testing.assert_allclose(flat(new_state.params), want, atol=1e-6)
     assert float(metrics["eta"]) == pytest.approx(eta_want, rel=1e-5)
@@ -190,7 +193,8 @@ def test_lora_trains_only_adapters_and_reference_is_base():
 def test_bad_configs_are_named():
     with pytest.raises(ValueError, match="no LoRA adapters"):
         rl.Learner(tiny_model(), rl.StepConfig(lora=True))
-    with pytest.raises(ValueError, match="micro_batches must be a positive int"):
-        rl.Learner(tiny_model(), rl.StepConfig(micro_batches=0))
+    for name in ("micro_batches", "ppo_mini_batches", "ppo_epochs"):
+        with pytest.raises(ValueError, match=f"StepConfig.{name} must be a positive int"):
+            rl.Learner(tiny_model(), rl.StepConfig(**{name: 0}))
     with pytest.raises(ValueError, match="reference must be one of"):
         rl.Learner(tiny_model(), rl.StepConfig(reference="copy"))
