@@ -11,8 +11,11 @@ Rules, applied in this order:
   4. anything else (e.g. an imperative correction with no listed word) -> Unsatisfied
 Rule 4 is our choice where the paper is silent: a reply that is not clearly an acceptance is
 treated as feedback, which is what the simulators send whenever something is missing.
-Phrases match whole words, case-insensitively; NEUTRALISED_PHRASES are removed before the
-pushback check because they contain a pushback word while accepting ("nothing to add").
+Phrases match whole words, case-insensitively. Before rule 2, NEUTRALISED_PATTERNS (accepting
+phrases that contain a pushback word: "exactly what I needed", "nothing else to change") are
+replaced by an acceptance marker, so the paper's order holds for everything else in the reply.
+The rules were tuned on the "tune" part of data/satisfaction_replies.jsonl (341 replies written
+for this project) and measured on its "heldout" part (tests/ctom/test_satisfaction.py, README).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ PUSHBACK_PHRASES: tuple[str, ...] = (
     "error", "typo", "off by", "recheck", "re-check", "check again", "verify", "doubt",
     "doesn't", "does not", "isn't", "is not", "aren't", "don't", "didn't", "won't", "can't",
     "shouldn't", "wasn't", "not what", "hmm", "hm", "wait", "actually", "but", "however",
-    "although", "though",
+    "although", "though", "except", "apart from", "also", "one more thing", "again", "redo",
+    "sort", "rename", "replace", "convert", "round", "reorder", "lowercase", "uppercase",
     # requests for change
     "can you", "would you", "please", "should", "must", "need", "needs", "needed", "missing",
     "missed", "forgot", "forget", "include", "mention", "remove", "drop", "change", "fix",
@@ -45,15 +49,38 @@ ACCEPTANCE_PHRASES: tuple[str, ...] = (
     "looks good", "look good", "looks great", "good", "great", "perfect", "excellent",
     "thanks", "thank you", "exactly", "matches", "spot on", "lgtm", "fine", "works",
     "all set", "done", "agreed", "nice", "awesome", "that's it", "got it", "sounds good",
-    "accepted", "approve", "approved", "satisfied", "happy with",
+    "accepted", "approve", "approved", "satisfied", "happy with", "kk", "love it",
+    "that's the one", "brilliant", "cool",
 )
 
-# Accepting phrases that contain a pushback word; removed before rule 2.
-NEUTRALISED_PHRASES: tuple[str, ...] = (
-    "nothing to add", "nothing else to add", "nothing more to add", "no need to change",
-    "no changes needed", "no further changes", "no more changes", "nothing is missing",
-    "nothing missing", "no additional requirement", "i have no additional requirement",
-    "don't need anything else", "do not need anything else", "no mistakes", "no errors",
+# Accepting phrases that contain a pushback word ("exactly what I needed", "nothing else to
+# change", "it should work now"). Each match is replaced by an acceptance marker before rule 2,
+# so the pushback word inside it does not count, while any OTHER pushback in the reply still
+# wins ("exactly what I needed, but add a title" stays Unsatisfied). Negated forms ("not what I
+# asked for") are excluded by the look-behinds. Regular expressions, matched case-insensitively.
+_NOT = r"(?<!not )(?<!n't )(?<!isn't )"
+NEUTRALISED_PATTERNS: tuple[str, ...] = (
+    # "exactly what I needed", "the tone I wanted", "does what I need now"
+    _NOT + r"\bwhat (?:i|we) (?:need|needed|want|wanted|asked for|meant|had in mind|was after)\b",
+    _NOT + r"\bthe (?:tone|length|format|behaviou?r|way|style|answer|result|one) "
+           r"(?:i|we) (?:need|needed|want|wanted|asked for|meant|expected|had in mind)\b",
+    r"\b(?:(?:covers|has|handles|got|have got|you've got) )?(?:all|everything|all the "
+    r"(?:cases|things|points|details|facts))(?: (?:i|we) (?:need|needed|want|wanted|asked for|"
+    r"care about))\b",
+    r"\b(?:covers|has|handles|got|have got|you've got) everything\b",
+    r"\b(?:that|it|this) (?:should|will) (?:work|do it|do|be fine|be good|be right|be ok|be okay)"
+    r"(?: now)?\b",
+    # "nothing (else) to add/change", "nothing's missing", "nothing I'd change"
+    r"\bnothing(?:'s| is)? (?:else |more |further )?(?:to (?:add|change|fix)|needed|missing|"
+    r"i'?d change|i would change|wrong)\b",
+    r"\bno (?:further |more |other |additional )?(?:changes|edits|requirements?|mistakes|errors|"
+    r"problems|issues)(?: needed| from me)?\b",
+    r"\bno need to (?:change|add|fix|revise) anything\b",
+    r"\bi have no (?:additional|other|further) requirements?\b",
+    # "I don't need anything else", "I can't see anything wrong", "doesn't need any changes"
+    r"\b(?:don't|do not|doesn't|does not|can't|cannot|wouldn't|would not) (?:need|have|see|find|"
+    r"think of|change) (?:anything|a thing|any (?:more |other |further )?(?:changes|edits|"
+    r"problems|issues|mistakes|errors))(?: else| more| wrong| missing| to (?:add|change|fix))?\b",
 )
 
 
@@ -64,7 +91,8 @@ def _pattern(phrases) -> re.Pattern:
 
 _PUSHBACK = _pattern(PUSHBACK_PHRASES)
 _ACCEPT = _pattern(ACCEPTANCE_PHRASES)
-_NEUTRAL = _pattern(NEUTRALISED_PHRASES)
+_NEUTRAL = re.compile("|".join(f"(?:{p})" for p in NEUTRALISED_PATTERNS), re.IGNORECASE)
+_MARK = " ok "  # what a neutralised phrase becomes: an acceptance
 
 
 def _normalise(text: str) -> str:
@@ -76,7 +104,7 @@ def satisfaction_label(predicted_reply: str | None) -> str:
     text = _normalise(predicted_reply or "")
     if not text or END_SIGNAL.lower() in text.lower():
         return "satisfied"
-    text = _NEUTRAL.sub(" ", text)
+    text = _NEUTRAL.sub(_MARK, text)
     if "?" in text or _PUSHBACK.search(text):
         return "unsatisfied"
     if _ACCEPT.search(text):

@@ -79,3 +79,76 @@ def test_whole_word_matching():
     # "address", "stillness", "wronged" contain pushback words only as substrings
     assert is_satisfied("Great, the address section works.")
     assert not is_satisfied("The address is wrong.")
+
+
+# ---------------------------------------------------------------------------------------
+# the labelled set of jaxtom/ctom/data/satisfaction_replies.jsonl (issue 11): written for
+# this project in the register of the C.3 simulator prompts; the rules were tuned on the
+# "tune" part only, the "heldout" part measures them
+# ---------------------------------------------------------------------------------------
+
+import json  # noqa: E402
+from collections import Counter  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jaxtom.ctom  # noqa: E402
+
+DATA = Path(jaxtom.ctom.__file__).parent / "data" / "satisfaction_replies.jsonl"
+KINDS = {"end": "satisfied", "accept_plain": "satisfied", "accept_soft": "satisfied",
+         "pushback": "unsatisfied", "mixed": "unsatisfied", "question": "unsatisfied"}
+ISSUE_ACCEPTANCES = ["Great, that's exactly what I needed.", "That's exactly what I wanted",
+                     "Good, it should work now", "nothing else to change"]
+
+
+def _rows(split=None):
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    return [r for r in rows if split is None or r["split"] == split]
+
+
+def per_class_table(rows) -> tuple[float, str]:
+    """Accuracy and a text table: precision/recall per label, recall per kind of reply."""
+    got = [satisfaction_label(r["text"]) for r in rows]
+    lines = ["| class | n | precision | recall |", "|---|---|---|---|"]
+    for label in ("satisfied", "unsatisfied"):
+        tp = sum(g == label and r["label"] == label for g, r in zip(got, rows))
+        pred = sum(g == label for g in got)
+        true = sum(r["label"] == label for r in rows)
+        lines.append(f"| {label} | {true} | {tp / max(pred, 1):.3f} | {tp / max(true, 1):.3f} |")
+    for kind in KINDS:
+        sel = [g == r["label"] for g, r in zip(got, rows) if r["kind"] == kind]
+        lines.append(f"| {kind} (-> {KINDS[kind]}) | {len(sel)} | | {sum(sel) / len(sel):.3f} |")
+    accuracy = sum(g == r["label"] for g, r in zip(got, rows)) / len(rows)
+    return accuracy, "\n".join(lines)
+
+
+def test_labelled_set_is_large_balanced_and_consistent():
+    rows = _rows()
+    assert len(rows) >= 300
+    assert all(KINDS[r["kind"]] == r["label"] for r in rows)
+    kinds = Counter(r["kind"] for r in rows)
+    assert set(kinds) == set(KINDS) and min(kinds.values()) >= 20
+    heldout = Counter(r["kind"] for r in rows if r["split"] == "heldout")
+    assert set(heldout) == set(KINDS) and sum(heldout.values()) >= 100
+    texts = [(r["text"], r["split"]) for r in rows]
+    assert not {t for t, s in texts if s == "tune"} & {t for t, s in texts if s == "heldout"}
+
+
+def test_heldout_accuracy_and_per_class_table():
+    accuracy, table = per_class_table(_rows("heldout"))
+    print(f"\nheld-out accuracy {accuracy:.3f}\n{table}")
+    assert accuracy >= 0.97, table
+
+
+@pytest.mark.parametrize("reply", ISSUE_ACCEPTANCES)
+def test_acceptances_quoted_in_issue_11(reply):
+    assert is_satisfied(reply)
+
+
+@pytest.mark.parametrize("reply", [
+    "That's exactly what I needed, but add a title.",  # pushback still wins (paper's order)
+    "It's not what I asked for.", "Not what I wanted.", "This isn't what I meant.",
+    "It should work now? It crashes on empty input.", "Nothing else to change except the date.",
+    "I don't see any mention of the venue.",
+])
+def test_neutralised_phrases_do_not_hide_pushback(reply):
+    assert not is_satisfied(reply)
