@@ -5,13 +5,9 @@
 
 from jaxtom.ctom import experiments
 
-TRAINER = "jaxtom.ctom.train:train_from_config"  # multi-turn rollouts: CToM's own trainer
 DOMAIN = "coding"
 
 
 def get_config():
     return experiments.qwen3_8b_config(DOMAIN)
 
-
-def ctom_settings():
-    return experiments.qwen3_8b_settings(DOMAIN)

@@ -6,13 +6,9 @@
 
 from jaxtom.ctom import experiments
 
-TRAINER = "jaxtom.ctom.train:train_from_config"  # multi-turn rollouts: CToM's own trainer
 DOMAIN = "math"
 
 
 def get_config():
     return experiments.smollm2_config(DOMAIN)
 
-
-def ctom_settings():
-    return experiments.smollm2_settings(DOMAIN)

@@ -11,21 +11,22 @@ import argparse
 import importlib
 import sys
 
-# (subcommand, module providing `add_parser`)
-SUBCOMMANDS: tuple[tuple[str, str], ...] = (
-    ("gridworld", "jaxtom.gridworld.cli"),
-    ("generate", "jaxtom.models.cli"),
-    ("mindzero", "jaxtom.mindzero.cli"),
-    ("train", "jaxtom.rl.cli"),
-    ("eval", "jaxtom.eval.cli"),
+# (subcommand, module, function that adds its parser)
+SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("train", "jaxtom.commands.train", "add_parser"),
+    ("eval", "jaxtom.commands.train", "add_eval_parser"),
+    ("mindzero", "jaxtom.commands.train", "add_mindzero_parser"),
+    ("plan", "jaxtom.plan", "add_parser"),
+    ("gridworld", "jaxtom.gridworld.cli", "add_parser"),
+    ("generate", "jaxtom.models.cli", "add_parser"),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxtom", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for _, module_name in SUBCOMMANDS:
-        importlib.import_module(module_name).add_parser(subparsers)
+    for _, module_name, adder in SUBCOMMANDS:
+        getattr(importlib.import_module(module_name), adder)(subparsers)
     return parser
 
 

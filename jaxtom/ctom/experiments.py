@@ -4,7 +4,8 @@ The config files only pick a domain; keeping the settings here means the three d
 experiment cannot drift apart. Table 4's per-domain caps come from `effort.domain_settings`.
 
 Paper scale (tables 3/4): Qwen3-8B policy, LoRA rank 32, lr 1e-4 cosine, G = 4, prompt batch
-36 (minibatch 12 -> 3 micro-batches), simulator Qwen3-32B behind an OpenAI-compatible URL
+36 (PPO minibatch 12 prompts -> 3 optimizer updates per rollout batch, `ppo_mini_batches=3`),
+fp32 master weights with bf16 compute, simulator Qwen3-32B behind an OpenAI-compatible URL
 (vLLM). Baselines and ablations by override:
   Naive GRPO (train) / Prompting Base (eval): ctom.controller.mode=direct
   w/o effort: ctom.controller.w_effort=0       w/o prediction: step.lambda_pred=0.0
@@ -16,7 +17,7 @@ a step in minutes; `jaxtom eval CONFIG ctom.controller.mode=direct` gives Prompt
 
 import os
 
-from jaxtom.config import Config, MeshSection, ModelSection, TaskSection, TrainerConfig
+from jaxtom.config import Config, MeshSection, ModelSection, TrainerConfig
 from jaxtom.ctom.effort import W_EFFORT, domain_settings
 from jaxtom.ctom.train import CToMSettings
 from jaxtom.rl.step import StepConfig
@@ -27,18 +28,15 @@ ROW_LEN = {"math": 896, "coding": 1280, "writing": 1024}
 
 def smollm2_config(domain: str) -> Config:
     """SmolLM2-135M-Instruct (real GGUF weights), scripted simulator, caps sized for a CPU."""
-    from jaxtom.models import smollm2_gguf_path
-
     return Config(
-        model=ModelSection(path=str(smollm2_gguf_path()), family="llama", vocab_size=49152),
-        task=TaskSection(name="jaxtom.ctom.train:generic_trainer_unsupported", prompt_len=1,
-                         target_token=0),
+        model=ModelSection(path="smollm2", family="llama", vocab_size=49152),
         step=StepConfig(learning_rate=1e-5, total_steps=2, kl_coef=0.0, lambda_pred=1.0,
                         micro_batches=4, max_grad_norm=1.0),
         trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_smollm2", total_steps=2,
                               prompts_per_step=2, group_size=2, max_new_tokens=16,
                               row_len=ROW_LEN[domain], num_rows=4, temperature=1.0,
                               checkpoint_every=2, progress=False),
+        ctom=smollm2_settings(domain),
     )
 
 
@@ -58,15 +56,15 @@ def qwen3_8b_config(domain: str) -> Config:
     steps = PAPER_STEPS[domain]
     return Config(
         model=ModelSection(path=os.environ.get("QWEN3_8B", ""), family="qwen3",
-                           vocab_size=151936, dtype="bfloat16", lora_rank=32, lora_alpha=32.0),
-        task=TaskSection(name="jaxtom.ctom.train:generic_trainer_unsupported", prompt_len=1,
-                         target_token=0),
+                           vocab_size=151936, param_dtype="float32", compute_dtype="bfloat16",
+                           lora_rank=32, lora_alpha=32.0),
         step=StepConfig(learning_rate=1e-4, total_steps=steps, kl_coef=0.01, lambda_pred=1.0,
-                        micro_batches=3, lora=True),
+                        micro_batches=3, ppo_mini_batches=3, lora=True),
         trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_qwen3_8b", total_steps=steps,
                               prompts_per_step=36, group_size=4, max_new_tokens=16,
                               row_len=16384, temperature=1.0, checkpoint_every=10),
-        mesh=MeshSection(data=-1),
+        mesh=MeshSection(fsdp=-1),
+        ctom=qwen3_8b_settings(domain),
     )
 
 

@@ -2,14 +2,14 @@
 multi-round conversation instead of one completion, and the batch carries the prediction
 sub-batch (real + counterfactual replies) for the eta-capped NLL of the update step.
 
-A CToM config file defines `get_config() -> jaxtom.config.Config` (model, step, trainer,
-mesh) and `ctom_settings() -> CToMSettings` (domain, tasks, simulator, controller caps).
+A CToM config file defines `get_config() -> jaxtom.config.Config` whose `ctom` section is a
+`CToMSettings` (domain, tasks, simulator, controller caps); override it by dotted path,
+e.g. `ctom.simulator=llm`, `ctom.controller.mode=direct`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 from typing import Sequence
 
@@ -21,7 +21,7 @@ from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.policies import SamplerPolicy
 from jaxtom.ctom.simulators import HTTPSimulator, ScriptedSimulator
 from jaxtom.ctom.targets import prediction_targets, rollout_batch
-from jaxtom.rl.trainer import Trainer
+from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,67 +42,44 @@ class CToMSettings:
     eval_conversations: int = 2  # per task
 
 
+    def validate(self, config) -> None:
+        """Raises `jaxtom.config.ConfigError` naming the first wrong `ctom.` field."""
+        from jaxtom.config import ConfigError
+        if self.domain not in ("math", "coding", "writing"):
+            raise ConfigError("ctom.domain", "'math', 'coding' or 'writing'", self.domain)
+        if self.simulator not in ("scripted", "http", "llm"):
+            raise ConfigError("ctom.simulator", "'scripted', 'http' or 'llm'", self.simulator)
+        for name in ("num_tasks", "pred_rows", "eval_tasks"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"ctom.{name}", "an int >= 0", getattr(self, name))
+        if self.pred_row_len < 1 or self.eval_conversations < 1:
+            raise ConfigError("ctom.pred_row_len", "positive ctom.pred_row_len and "
+                              "ctom.eval_conversations", (self.pred_row_len,
+                                                          self.eval_conversations))
+        fields = {f.name for f in dataclasses.fields(ControllerConfig)} - {"domain"}
+        unknown = set(self.controller) - fields
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ConfigError(f"ctom.controller.{name}", f"a ControllerConfig field: "
+                              f"{sorted(fields)}", name)
+        try:
+            ControllerConfig.for_domain(self.domain, **self.controller)
+        except (TypeError, ValueError) as err:
+            raise ConfigError("ctom.controller", "valid controller settings", str(err)) from None
+        if config.trainer.group_size < 2:
+            raise ConfigError("trainer.group_size", "an int >= 2", config.trainer.group_size)
+
+
 def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):
-    """(Config, CToMSettings) from a configs/ctom_*.py file.
-
-    Overrides starting with `ctom.` set CToMSettings fields (`ctom.simulator=llm`) or
-    controller fields (`ctom.controller.mode=direct`, `ctom.controller.w_effort=0`); the rest
-    are the usual `section.field=value` overrides of the Config.
-    """
-    from jaxtom.config import load_config
-    ours = [o for o in overrides if o.strip().startswith("ctom.")]
-    config = load_config(path, [o for o in overrides if o not in ours])
-    spec = importlib.util.spec_from_file_location(f"ctom_cfg_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not hasattr(module, "ctom_settings"):
-        raise ValueError(f"{path} defines no ctom_settings() -> CToMSettings; not a CToM config")
-    return config, apply_settings_overrides(module.ctom_settings(), ours)
-
-
-def _coerce_setting(key: str, raw: str, hint) -> object:
-    from jaxtom.config import ConfigError
-    kinds = {"str": str, "int": int, "float": float, "bool": bool}
-    name = hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint))
-    if name not in kinds:
-        raise ConfigError(key, "a str, int, float or bool field", raw)
-    if name == "bool":
-        if raw.lower() not in ("true", "false", "1", "0"):
-            raise ConfigError(key, "true or false", raw)
-        return raw.lower() in ("true", "1")
-    try:
-        return kinds[name](raw)
-    except ValueError:
-        raise ConfigError(key, f"a {name}", raw) from None
-
-
-def apply_settings_overrides(s: CToMSettings, overrides: Sequence[str]) -> CToMSettings:
-    """Applies `ctom.field=value` / `ctom.controller.field=value`; unknown names are errors.
-
-    This is the switch for baselines and ablations: `ctom.controller.mode=direct` runs
-    Prompting Base (eval) / Naive GRPO (train), `ctom.controller.w_effort=0` CToM w/o effort.
-    """
-    from jaxtom.config import ConfigError
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(item, "an override of the form ctom.field=value", item)
-        key, raw = (x.strip() for x in item.split("=", 1))
-        parts = key.split(".")[1:]
-        if len(parts) == 2 and parts[0] == "controller":
-            hints = {f.name: f.type for f in dataclasses.fields(ControllerConfig)}
-            if parts[1] not in hints or parts[1] == "domain":
-                raise ConfigError(key, f"a ControllerConfig field: "
-                                  f"{sorted(set(hints) - {'domain'})}", parts[1])
-            value = _coerce_setting(key, raw, hints[parts[1]])
-            s = dataclasses.replace(s, controller={**s.controller, parts[1]: value})
-            continue
-        hints = {f.name: f.type for f in dataclasses.fields(CToMSettings)}
-        if len(parts) != 1 or parts[0] not in hints or parts[0] == "controller":
-            raise ConfigError(key, "ctom.<CToMSettings field> or ctom.controller.<field>; "
-                              f"fields: {sorted(set(hints) - {'controller'})}", key)
-        s = dataclasses.replace(s, **{parts[0]: _coerce_setting(key, raw, hints[parts[0]])})
-    ControllerConfig.for_domain(s.domain, **s.controller)  # fail now on a bad mode or field
-    return s
+    """(Config, its CToMSettings) from a configs/ctom_*.py file; `ctom.field=value` and
+    `ctom.controller.field=value` overrides set the CToM section (e.g.
+    `ctom.controller.mode=direct` for Prompting Base / Naive GRPO, `ctom.controller.w_effort=0`
+    for CToM w/o effort)."""
+    from jaxtom.config import ConfigError, load_config
+    config = load_config(path, list(overrides))
+    if config.ctom is None:
+        raise ConfigError(str(path), "a CToM config (a Config with a ctom section)", "none")
+    return config, config.ctom
 
 
 def make_simulator(s: CToMSettings, model=None, tokenizer=None):
@@ -131,82 +108,98 @@ def make_simulator(s: CToMSettings, model=None, tokenizer=None):
     raise ValueError(f"simulator must be 'scripted', 'http' or 'llm', got {s.simulator!r}")
 
 
-def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.path"):
+def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.path",
+                              compute_dtype: str | None = None):
+    from jaxtom.config import resolve_model_path
     from jaxtom.models import from_pretrained
     from jaxtom.tokenizer import Tokenizer
-    path = Path(path)
+    path = Path(resolve_model_path(str(path)))
     if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
         raise ValueError(f"{what}={path} must be a .gguf file or an HF dir with "
                          "tokenizer.json: CToM needs a real tokenizer and chat template")
-    model = from_pretrained(path, dtype=dtype)
+    model = from_pretrained(path, dtype=dtype, compute_dtype=compute_dtype)
     tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
     return model, tok
 
 
 def load_model_and_tokenizer(config):
     from jaxtom.models import add_lora
-    model, tok = _load_model_and_tokenizer(config.model.path, config.model.dtype)
-    if config.model.lora_rank:
-        add_lora(model, rank=config.model.lora_rank,
-                 alpha=config.model.lora_alpha or config.model.lora_rank)
+    m = config.model
+    model, tok = _load_model_and_tokenizer(m.path, m.param_dtype, compute_dtype=m.compute_dtype)
+    if m.lora_rank:
+        add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or m.lora_rank)
     return model, tok
 
 
-class CToMTrainer(Trainer):
-    """The shared trainer with CToM's rollout and batch (checkpoints, logging unchanged)."""
+class ConversationRollout:
+    """CToM's rollout: `group_size` conversations per task through the controller (plan,
+    ASK / DRAFT / COMMIT, draft-predict-revise), real and counterfactual prediction targets,
+    packed with the prediction sub-batch for the eta-capped NLL."""
 
-    def __init__(self, model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
-                 simulator=None, mesh=None):
-        records = [{"prompt": tok.encode(t.prompt), "task": t} for t in tasks]
-        super().__init__(model, records, reward_fn=None, step_cfg=step_cfg, cfg=cfg, mesh=mesh)
-        self.tok, self.settings = tok, settings
+    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None):
+        if jax.process_count() > 1:
+            raise NotImplementedError("CToM rollouts run on one process (a multi-process "
+                                      "conversation rollout is not built yet)")
+        self.tok, self.settings, self.cfg = tok, settings, cfg
         self.simulator = simulator or make_simulator(settings)
         self.controller = ControllerConfig.for_domain(settings.domain, **settings.controller)
-        self.pad_id = cfg.pad_id
 
-    def train_step(self, state, tasks, step):
+    def __call__(self, model, tasks, key, step) -> Rollout:
         cfg, s = self.cfg, self.settings
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), step)
         group = [r["task"] for r in tasks for _ in range(cfg.group_size)]
-        groups = [i // cfg.group_size for i in range(len(group))]
-        policy = SamplerPolicy(self.learner.model(state), self.tok, temperature=cfg.temperature,
-                               top_p=cfg.top_p)
+        groups = [int(r["row"]) for r in tasks for _ in range(cfg.group_size)]
+        policy = SamplerPolicy(model, self.tok, temperature=cfg.temperature, top_p=cfg.top_p)
         convs = run_conversations(group, policy, self.simulator, self.tok, self.controller,
                                   key=key, seed=step)
         targets = prediction_targets(convs, self.simulator, seed=step)
         ok = [c for c in convs if c.failed is None]
-        out = {"conversations_failed": float(len(convs) - len(ok)),
-               "prediction_targets": float(len(targets)),
-               "counterfactual_targets": float(sum(t.counterfactual for t in targets))}
-        if not ok:
-            return state, out  # nothing to learn from; the run goes on
-        num_rows = cfg.num_rows or sum(len(c.sequences) for c in ok)
+        metrics = {"conversations_failed": float(len(convs) - len(ok)),
+                   "prediction_targets": float(len(targets)),
+                   "counterfactual_targets": float(sum(t.counterfactual for t in targets))}
+        if ok:
+            metrics.update(reward_mean=float(np.mean([c.reward for c in ok])),
+                           reward_sq=float(np.mean([c.reward ** 2 for c in ok])),
+                           score_mean=float(np.mean([c.score for c in ok])),
+                           effort_mean=float(np.mean([c.effort for c in ok])),
+                           visible_rounds=float(np.mean([len(c.rounds) for c in ok])))
+        # an all-failed step still gets a (masked, no-op) batch: every process must update
+        num_rows = cfg.num_rows or max(1, sum(len(c.sequences) for c in ok))
         batch = rollout_batch(convs, groups, targets, self.tok, num_rows=num_rows,
                               row_len=cfg.row_len, pred_rows=s.pred_rows,
-                              pred_row_len=s.pred_row_len, pad_id=self.pad_id)
-        state, metrics = self.learner.step(state, self.learner.put_batch(batch))
-        out.update({k: float(v) for k, v in jax.device_get(metrics).items()})
-        out.update(reward_mean=float(np.mean([c.reward for c in ok])),
-                   reward_std=float(np.std([c.reward for c in ok])),
-                   score_mean=float(np.mean([c.score for c in ok])),
-                   effort_mean=float(np.mean([c.effort for c in ok])),
-                   visible_rounds=float(np.mean([len(c.rounds) for c in ok])))
-        return state, out
+                              pred_row_len=s.pred_row_len, pad_id=cfg.pad_id)
+        return Rollout(batch=batch, metrics=metrics, count=max(len(ok), 1))
 
 
-def generic_trainer_unsupported(config):
-    """`task.name` of CToM configs: the single-completion trainer cannot run CToM."""
-    raise ValueError("task.name: a CToM config needs the multi-phase CToM trainer; run it with "
-                     "jaxtom.ctom.train.train_from_config(CONFIG, overrides) (the `jaxtom train` "
-                     "command dispatches configs that define ctom_settings() there)")
+def task_records(tok, tasks) -> list[dict]:
+    return [{"prompt": tok.encode(t.prompt), "task": t} for t in tasks]
+
+
+class CToMTrainer(Trainer):
+    """The one trainer with CToM's conversation rollout."""
+
+    def __init__(self, model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
+                 simulator=None, mesh=None):
+        super().__init__(model, task_records(tok, tasks),
+                         ConversationRollout(tok, settings, cfg, simulator), step_cfg, cfg,
+                         mesh=mesh, desc="ctom")
+        self.tok, self.settings = tok, settings
+
+
+def training_tasks(settings: CToMSettings):
+    tasks = load_tasks(settings.domain,
+                       None if settings.tasks == "builtin" else settings.tasks)
+    return tasks[:settings.num_tasks] if settings.num_tasks else tasks
+
+
+def train(config, mesh=None):
+    """Trains a CToM config (`jaxtom train`); returns the final TrainState."""
+    model, tok = load_model_and_tokenizer(config)
+    trainer = CToMTrainer(model, tok, training_tasks(config.ctom), config.step, config.trainer,
+                          config.ctom, mesh=mesh)
+    return trainer.run()
 
 
 def train_from_config(path: str | Path, overrides: Sequence[str] = ()):
-    """`jaxtom train` for a CToM config: returns the final TrainState."""
-    config, settings = load_ctom_config(path, overrides)
-    model, tok = load_model_and_tokenizer(config)
-    tasks = load_tasks(settings.domain, None if settings.tasks == "builtin" else settings.tasks)
-    if settings.num_tasks:
-        tasks = tasks[:settings.num_tasks]
-    trainer = CToMTrainer(model, tok, tasks, config.step, config.trainer, settings)
-    return trainer.run()
+    """Loads a CToM config file and trains it; returns the final TrainState."""
+    config, _ = load_ctom_config(path, overrides)
+    return train(config)

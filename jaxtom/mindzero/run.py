@@ -25,7 +25,8 @@ from jaxtom.gridworld import qa_episodes, simulate
 from jaxtom.gridworld.episodes import layout_keys
 from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.assist import assist
-from jaxtom.mindzero.config import MindZeroConfig
+from jaxtom.config import Config
+from jaxtom.mindzero.config import MindZeroSection
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.trainer import env_params, episode_params, load_model, make_episodes
 
@@ -58,45 +59,56 @@ def _from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-def load_run_config(run_dir: str | Path) -> MindZeroConfig:
+def load_run_config(run_dir: str | Path) -> Config:
     """The config a run was trained with, from RUN_DIR/config.json (fields missing there take
     their defaults; unknown ones are an error)."""
     path = Path(run_dir) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"no config.json in {run_dir}: not a MindZero run directory")
-    return _from_dict(MindZeroConfig, json.loads(path.read_text()))
+    data = json.loads(path.read_text())
+    if not isinstance(data.get("mindzero"), dict):
+        raise ValueError(f"{path} holds no mindzero section: not a MindZero run")
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    unknown = set(data) - set(sections)
+    if unknown:
+        raise ValueError(f"unknown Config fields {sorted(unknown)} in {path}")
+    kwargs = {"mindzero": _from_dict(MindZeroSection, data.pop("mindzero"))}
+    data.pop("ctom", None)
+    for name, value in data.items():
+        kwargs[name] = _from_dict(type(sections[name].default), value)
+    return Config(**kwargs)
 
 
-def qa_test_set(cfg: MindZeroConfig, train=None):
-    """`cfg.eval.qa_episodes` held-out episodes that each carry questions of types 1-3, and the
+def qa_test_set(cfg: Config, train=None):
+    """`cfg.mindzero.eval.qa_episodes` held-out episodes that each carry questions of types 1-3, and the
     questions: drawn like the eval split of `make_episodes` (same label constraints, no
     training wall layout) from a key of their own. `train`: the run's training episodes
     (regenerated from the config when not given)."""
-    if cfg.eval.qa_episodes <= 0:
+    if cfg.mindzero.eval.qa_episodes <= 0:
         raise ValueError("eval.qa_episodes must be > 0 for a QA set")
     if train is None:
         train, _ = make_episodes(cfg)
     params = episode_params(cfg, "test")
-    key = jax.random.fold_in(jax.random.key(cfg.seed), _QA_KEY)
-    return qa_episodes(key, params, cfg.eval.qa_episodes, exclude_layouts=layout_keys(train),
-                       seed=cfg.seed)
+    key = jax.random.fold_in(jax.random.key(cfg.trainer.seed), _QA_KEY)
+    return qa_episodes(key, params, cfg.mindzero.eval.qa_episodes, exclude_layouts=layout_keys(train),
+                       seed=cfg.trainer.seed)
 
 
-def evaluate_qa(cfg: MindZeroConfig, models: dict, qa=None) -> dict:
+def evaluate_qa(cfg: Config, models: dict, qa=None) -> dict:
     """QA accuracy per question type and overall for `models` (name -> (model, codec)) and the
     baselines, on `qa` = (episodes, questions) or `qa_test_set(cfg)`."""
     episodes, questions = qa if qa is not None else qa_test_set(cfg)
     view = HostEpisodes.from_episodes(episodes)
     beliefs, index = ev.qa_beliefs(models, view, questions, env_params(cfg),
-                                   observation=cfg.data.observation,
-                                   num_particles=cfg.data.num_particles,
-                                   max_new_tokens=cfg.rl.max_new_tokens, seed=cfg.seed,
-                                   temperature=cfg.eval.temperature)
+                                   observation=cfg.mindzero.data.observation,
+                                   num_particles=cfg.mindzero.data.num_particles,
+                                   max_new_tokens=cfg.trainer.max_new_tokens, seed=cfg.trainer.seed,
+                                   temperature=cfg.mindzero.eval.temperature)
     return {"episodes": len(view), "questions": len(questions),
-            "accuracy": ev.qa_scores(beliefs, questions, index, seed=cfg.seed)}
+            "accuracy": ev.qa_scores(beliefs, questions, index, seed=cfg.trainer.seed)}
 
 
-def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=None,
+def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
                  progress: bool = True) -> dict:
     """Evaluate the run whose checkpoint is `checkpoint` (results next to it). `test`: the
     held-out episodes (regenerated from the config when not given); `qa`: (episodes,
@@ -107,24 +119,24 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
     params = env_params(cfg)
     if test is None:
         _, test = make_episodes(cfg)
-    test = test.take(np.arange(min(cfg.eval.episodes, len(test))))
+    test = test.take(np.arange(min(cfg.mindzero.eval.episodes, len(test))))
     view = HostEpisodes.from_episodes(test)
-    rows = ev.steps_to_score(view, cfg.eval.stride)
-    n = cfg.data.num_particles
+    rows = ev.steps_to_score(view, cfg.mindzero.eval.stride)
+    n = cfg.mindzero.data.num_particles
     models = {"MindZero": load_model(cfg, checkpoint)}
     if (run_dir / "warmup").exists():
         models["untrained (warm-up only)"] = load_model(cfg, run_dir / "warmup")
     beliefs, tokens = {}, {}
     for name, (model, codec) in models.items():
         beliefs[name], tokens[name] = ev.model_beliefs(
-            model, codec, view, rows, observation=cfg.data.observation, num_particles=n,
-            max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.eval.temperature,
-            seed=cfg.seed)
-    refs = ev.reference_beliefs(view, rows, params, cfg.seed, n)
+            model, codec, view, rows, observation=cfg.mindzero.data.observation, num_particles=n,
+            max_new_tokens=cfg.trainer.max_new_tokens, temperature=cfg.mindzero.eval.temperature,
+            seed=cfg.trainer.seed)
+    refs = ev.reference_beliefs(view, rows, params, cfg.trainer.seed, n)
     beliefs.update({"random goal": refs["random"], "exact posterior": refs["exact"],
                     f"exact posterior top-{n}": refs[f"exact_top{n}"],
                     "uniform": refs["uniform"]})
-    table, per_row = ev.score_methods(beliefs, view, rows, refs["exact"], cfg.eval.score_mix,
+    table, per_row = ev.score_methods(beliefs, view, rows, refs["exact"], cfg.mindzero.eval.score_mix,
                                       reference="MindZero")
     for name, (model, _) in models.items():
         table[name]["tokens_per_query"] = float(tokens[name].mean())
@@ -135,19 +147,19 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
         {k: v for k, v in curves.items() if k != "uniform"}, run_dir / "goal_accuracy.png",
         "held-out episodes (no helper)")
     results = {"goal_inference": table, "episodes": len(view), "queries": len(rows)}
-    if cfg.eval.qa_episodes > 0:
+    if cfg.mindzero.eval.qa_episodes > 0:
         results["qa"] = evaluate_qa(cfg, models, qa)
-    if cfg.eval.assistance:
-        aparams = params.replace(random_prob=cfg.eval.random_prob)
-        n_assist = min(cfg.eval.assist_episodes or len(view), len(view))
+    if cfg.mindzero.eval.assistance:
+        aparams = params.replace(random_prob=cfg.mindzero.eval.random_prob)
+        n_assist = min(cfg.mindzero.eval.assist_episodes or len(view), len(view))
         assist_states = test.take(np.arange(n_assist)).states
         assist_tab = {}
         assist_curves = {}
         for name, (model, codec) in models.items():
-            out = assist(model, codec, assist_states, aparams, seeds=cfg.eval.seeds,
-                         num_particles=n, observation=cfg.data.observation,
-                         max_new_tokens=cfg.rl.max_new_tokens,
-                         temperature=cfg.eval.temperature)
+            out = assist(model, codec, assist_states, aparams, seeds=cfg.mindzero.eval.seeds,
+                         num_particles=n, observation=cfg.mindzero.data.observation,
+                         max_new_tokens=cfg.trainer.max_new_tokens,
+                         temperature=cfg.mindzero.eval.temperature)
             mean, se = metrics.mean_sem(out["speedup"].mean(0))
             assist_tab[name] = {"speedup": mean, "speedup_se": se,
                                 "tflops_per_query": flops.inference_tflops(
@@ -159,7 +171,7 @@ def evaluate_run(cfg: MindZeroConfig, checkpoint: str | Path, *, test=None, qa=N
                 assist_curves[name] = metrics.accuracy_by_progress(
                     log[:, 1] / t_collab[log[:, 0].astype(int)], log[:, 2])
         sim = simulate(None, aparams, ("random", "bip", "oracle"), states=assist_states,
-                       seeds=cfg.eval.seeds)
+                       seeds=cfg.mindzero.eval.seeds)
         names = {"random": "random goal", "bip": "exact posterior (BIP)", "oracle": "oracle"}
         for h, label in names.items():
             assist_tab[label] = {"speedup": sim[h]["mean"], "speedup_se": sim[h]["sem"]}

@@ -1,11 +1,13 @@
-"""MindZero SSRL training on the gridworld: format warm-up, then GRPO on the ELBO reward.
+"""MindZero SSRL on the gridworld as two phases of the one trainer (`jaxtom.rl.Trainer`).
 
-One step: a grain batch of (episode, t) prompts -> one sampler call for prompts x samples ->
-parse (train rule) -> eq. 4 from a precomputed [E, T+1, 56] table of cumulative planner
-log-likelihoods (one jitted call) -> group advantages -> packed batch -> `jaxtom.rl.Learner`
-update. The warm-up reuses the same update with advantage 1 on target tokens, which is exactly
-supervised NLL (the on-policy ratio is 1), on label-free random particles.
-Writes tensorboard scalars, a tqdm bar, and an orbax checkpoint + tokenizer + config.
+Phase 1, the format warm-up, is a supervised rollout: label-free teacher particles as
+completions with advantage 1 (on-policy, ratio 1: exactly the NLL gradient). Phase 2, SSRL,
+is a particle rollout: `group_size` completions per (episode, t) prompt, parsed (train rule),
+scored by eq. 4 from a precomputed [E, T+1, 56] table of cumulative planner log-likelihoods
+(one jitted call), group advantages. Each phase checkpoints under its own folder of the run
+directory, so killing a run and rerunning the same command continues where it stopped and
+ends with the parameters of an uninterrupted run. The final and warm-up parameters are also
+saved on their own (`checkpoint/`, `warmup/`) for evaluation.
 """
 
 from __future__ import annotations
@@ -16,82 +18,90 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from jaxtom.gridworld import EnvParams, generate_episodes
 from jaxtom.gridworld.episodes import layout_keys, split_params
 from jaxtom.mindzero import data as data_lib
-from jaxtom.mindzero.config import MindZeroConfig
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles, to_arrays
-from jaxtom.mindzero.policy import Codec, load_bpe, sample_completions, train_bpe
+from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
 from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
-from jaxtom.models import ModelConfig, add_lora, from_pretrained, init_decoder, smollm2_gguf_path
-from jaxtom.rl import Learner, StepConfig, group_advantages, pack_sequences
+from jaxtom.models import ModelConfig, add_lora, from_pretrained, init_decoder
+from jaxtom.rl import StepConfig, group_advantages
+from jaxtom.rl.distributed import generate_result
+from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, sample_rows
 from jaxtom.tokenizer import Tokenizer
 
 _elbo = jax.jit(elbo_reward, static_argnames=("cfg",))
 
 
-def make_mesh(cfg: MindZeroConfig):
-    """The update step's mesh from `cfg.mesh` (None: one device)."""
-    if cfg.mesh == (1, 1, 1):
+def make_mesh(config):
+    """The update step's mesh from `config.mesh` (None: one device)."""
+    m = config.mesh
+    if (m.data, m.fsdp, m.tensor) == (1, 1, 1):
         return None
     from jaxtom import parallel
-    return parallel.make_mesh(*cfg.mesh)
+    return parallel.make_mesh(m.data, m.fsdp, m.tensor)
 
 
-def env_params(cfg: MindZeroConfig) -> EnvParams:
-    return EnvParams(max_steps=cfg.data.max_steps)
+def env_params(config) -> EnvParams:
+    return EnvParams(max_steps=config.mindzero.data.max_steps)
 
 
-def make_episodes(cfg: MindZeroConfig):
+def make_episodes(config):
     """(train, eval) episode sets: held-out labels and layouts (`split="labels"`, the paper's
     split) or fresh episodes over all labels (`"episodes"`, for models trained from scratch,
     which cannot know words they never saw)."""
-    k_train, k_eval = jax.random.split(jax.random.key(cfg.seed))
-    d = cfg.data
-    train = generate_episodes(k_train, episode_params(cfg, "train"), d.train_episodes,
+    k_train, k_eval = jax.random.split(jax.random.key(config.trainer.seed))
+    d = config.mindzero.data
+    train = generate_episodes(k_train, episode_params(config, "train"), d.train_episodes,
                               batch_size=1024)
-    test = generate_episodes(k_eval, episode_params(cfg, "test"), d.eval_episodes,
+    test = generate_episodes(k_eval, episode_params(config, "test"), d.eval_episodes,
                              batch_size=1024, exclude_layouts=layout_keys(train))
     return train, test
 
 
-def episode_params(cfg: MindZeroConfig, split: str) -> EnvParams:
+def episode_params(config, split: str) -> EnvParams:
     """Environment parameters of the train or test split: held-out labels (`split="labels"`)
     or, with the `figure7` label set, always the 8 colored squares of Figure 7 (brown, pink,
     red, blue, green, yellow, orange, purple)."""
-    params = env_params(cfg)
-    if cfg.data.split == "labels":
+    params = env_params(config)
+    d = config.mindzero.data
+    if d.split == "labels":
         return split_params(params, split)
-    if cfg.data.label_set == "figure7":
+    if d.label_set == "figure7":
         return params.replace(colors=tuple(range(params.num_objects)), shapes=(0,))
     return params
 
 
-def corpus(cfg: MindZeroConfig, views, rng) -> list[str]:
+def corpus(config, views, rng) -> list[str]:
     """Prompts and well-formed particle completions over all labels, to train the BPE."""
-    render = get_observation(cfg.data.observation)
+    d = config.mindzero.data
+    render = get_observation(d.observation)
     texts = []
     for view in views:
         for e, t in data_lib.timestep_records(view, stride=3):
-            texts.append(render(view, e, t, cfg.data.num_particles))
-            texts.append(data_lib.warmup_target(view, e, cfg.data.num_particles, rng))
+            texts.append(render(view, e, t, d.num_particles))
+            texts.append(data_lib.warmup_target(view, e, d.num_particles, rng))
     return texts
 
 
-def build_model(cfg: MindZeroConfig, run_dir: Path, views=(), tokenizer_path=None):
-    """(model, codec): a tiny decoder over a BPE trained on generated text, or a checkpoint."""
-    m = cfg.model
-    if m.kind == "tiny":
+def build_model(config, run_dir: Path, views=(), tokenizer_path=None):
+    """(model, codec): a tiny decoder over a BPE trained on generated text (`model.path`
+    ""), or a checkpoint (HF directory, .gguf file, or "smollm2")."""
+    from jaxtom.config import resolve_model_path
+    m, seed = config.model, config.trainer.seed + config.model.seed
+    if not m.path:
         path = Path(tokenizer_path or run_dir / "tokenizer.json")
-        if tokenizer_path is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tok = train_bpe(corpus(cfg, views, np.random.default_rng(cfg.seed)), m.vocab_size,
-                            path)
+        if tokenizer_path is None and not path.exists():
+            tok = train_bpe(corpus(config, views, np.random.default_rng(config.trainer.seed)),
+                            m.vocab_size)
+            if jax.process_index() == 0:  # written whole, then renamed: readers never see half
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tok.backend.save(str(path) + ".tmp")
+                Path(str(path) + ".tmp").replace(path)
         else:
             tok = load_bpe(path)
         mcfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=m.hidden_size,
@@ -99,201 +109,213 @@ def build_model(cfg: MindZeroConfig, run_dir: Path, views=(), tokenizer_path=Non
                            num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
                            head_dim=m.head_dim, qk_norm=True, tie_word_embeddings=True,
                            max_position_embeddings=1024, eos_token_ids=tok.eos_token_ids,
-                           param_dtype=cfg.dtype, compute_dtype=cfg.dtype)
-        return init_decoder(mcfg, cfg.seed), Codec(tok)
-    path = smollm2_gguf_path() if m.path == "smollm2" else Path(m.path)
-    model = from_pretrained(path, dtype=cfg.dtype)
+                           param_dtype=m.param_dtype, compute_dtype=m.compute_dtype)
+        return init_decoder(mcfg, seed), Codec(tok)
+    path = Path(resolve_model_path(m.path))
+    model = from_pretrained(path, dtype=m.param_dtype, compute_dtype=m.compute_dtype)
     tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
     if m.lora_rank:
-        add_lora(model, rank=m.lora_rank)
+        add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or None)
     return model, Codec(tok, chat=True)
 
 
-def step_config(cfg: MindZeroConfig, *, warmup: bool) -> StepConfig:
-    r = cfg.rl
-    if warmup:
-        return StepConfig(learning_rate=cfg.warmup.learning_rate, kl_coef=0.0,
-                          total_steps=max(cfg.warmup.steps, 1), warmup_steps=10,
-                          weight_decay=0.0, max_grad_norm=1.0, lora=cfg.model.lora_rank > 0)
-    return StepConfig(learning_rate=r.learning_rate, weight_decay=r.weight_decay,
-                      max_grad_norm=r.max_grad_norm, kl_coef=r.kl_coef, total_steps=r.steps,
-                      warmup_steps=r.lr_warmup_steps, lambda_entropy=r.entropy_coef,
-                      end_lr_ratio=1.0, micro_batches=r.micro_batches,
-                      lora=cfg.model.lora_rank > 0)
+def warmup_step_config(config) -> StepConfig:
+    """The warm-up's optimiser: supervised (no KL, no weight decay), the SSRL step otherwise."""
+    w = config.mindzero.warmup
+    return dataclasses.replace(
+        config.step, learning_rate=w.learning_rate, kl_coef=0.0, weight_decay=0.0,
+        total_steps=max(w.steps, 1), warmup_steps=min(10, w.steps), lambda_entropy=0.0,
+        end_lr_ratio=0.0, reference="none")
 
 
-def _pack(prompts, completions, advantages, groups, pad_id, row_len=None, decision_ids=None):
-    """Prompt + completion rows; with `decision_ids`, the completion tokens among them are the
-    decision tokens the entropy bonus acts on (labels and digits, not JSON boilerplate)."""
-    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
-    masks = [[0.0] * len(p) + [1.0] * len(c) for p, c in zip(prompts, completions)]
-    decisions = None
-    if decision_ids is not None:
-        decisions = [[0.0] * len(p) + [float(int(i) in decision_ids) for i in c]
-                     for p, c in zip(prompts, completions)]
-    longest = max(map(len, seqs))
-    row_len = row_len or int(np.ceil(longest / 32) * 32)
-    return pack_sequences(seqs, masks, advantages, groups, num_rows=len(seqs), row_len=row_len,
-                          pad_id=pad_id, decision_masks=decisions)
+def warmup_trainer_config(config):
+    w = config.mindzero.warmup
+    return dataclasses.replace(
+        config.trainer, workdir=str(Path(config.trainer.workdir) / "warmup_train"),
+        total_steps=w.steps, prompts_per_step=w.batch_size, eval_every=0,
+        checkpoint_every=max(1, min(config.trainer.checkpoint_every, w.steps)),
+        seed=config.trainer.seed + 1)
 
 
-def _writer(run_dir: Path):
-    from tensorboardX import SummaryWriter
-    return SummaryWriter(str(run_dir / "tb"))
+def max_row_len(config, codec, view, quantum: int = 16) -> int:
+    """One packed row length for the whole run (longest prompt + completion budget), so the
+    jitted update compiles once."""
+    d = config.mindzero.data
+    render = get_observation(d.observation)
+    longest = max(len(codec.prompt_ids(render(view, e, t, d.num_particles)))
+                  for e, t in data_lib.timestep_records(view, d.stride))
+    return int(np.ceil((longest + config.trainer.max_new_tokens + 1) / quantum) * quantum)
 
 
-def warmup(cfg, model, codec, view, writer, progress=True):
-    """Supervised format warm-up on label-free random particles; returns the model."""
-    from tqdm import tqdm
-    w = cfg.warmup
-    learner = Learner(model, step_config(cfg, warmup=True), mesh=make_mesh(cfg))
-    state = learner.init_state(model, cfg.seed)
-    ds = iter(data_lib.timestep_dataset(view, batch_size=w.batch_size, seed=cfg.seed + 1,
-                                        observation=cfg.data.observation,
-                                        num_particles=cfg.data.num_particles))
-    rng = np.random.default_rng(cfg.seed + 2)
-    row_len = max_row_len(cfg, codec, view, cfg.rl.max_new_tokens)
-    bar = tqdm(range(w.steps), desc="warm-up", disable=not progress, mininterval=2.0)
-    for step in bar:
-        batch = next(ds)
-        prompts = [codec.prompt_ids(p) for p in batch["prompt"]]
-        targets = [codec.completion_ids(data_lib.warmup_target(
-                       view, int(e), cfg.data.num_particles, rng, int(t), w.teacher))
-                   for e, t in zip(batch["episode"], batch["t"])]
-        packed = _pack(prompts, targets, [1.0] * len(prompts), [0] * len(prompts),
-                       codec.pad_id, row_len=row_len)
-        if step % 25 == 0 or step == w.steps - 1:
-            logp = np.asarray(learner.logprobs(state, packed))
-            nll = float(-(logp * packed.policy_mask).sum() / packed.policy_mask.sum())
-            writer.add_scalar("warmup/nll", nll, step)
-            bar.set_postfix(nll=f"{nll:.3f}")
-        state, _ = learner.step(state, packed)
-    return learner.model(state)
+def task_records(view: HostEpisodes, stride: int) -> list[dict]:
+    """Unlabelled (episode, t) prompts: nothing about the goal is attached."""
+    return [{"episode": e, "t": t} for e, t in data_lib.timestep_records(view, stride)]
 
 
-def heldout_monitor(cfg, view: HostEpisodes, num_rows: int = 128):
-    """A fixed sample of held-out (episode, t) rows and a function scoring a model on them:
-    top-1 goal accuracy and mean log score (queried as the evaluation does) of the true goal (1% uniform mix). Labels are
-    read only here, for logging; training never sees them."""
+class _Prompts:
+    """Renders and encodes (episode, t) prompts, cached (they are revisited every epoch)."""
+
+    def __init__(self, config, codec: Codec, view: HostEpisodes):
+        self.render = get_observation(config.mindzero.data.observation)
+        self.n, self.codec, self.view = config.mindzero.data.num_particles, codec, view
+        self.cache: dict[tuple[int, int], list[int]] = {}
+
+    def __call__(self, e: int, t: int) -> list[int]:
+        if (e, t) not in self.cache:
+            self.cache[(e, t)] = self.codec.prompt_ids(self.render(self.view, e, t, self.n))
+        return self.cache[(e, t)]
+
+
+class WarmupRollout:
+    """Teacher particles as supervised completions (advantage 1, one sequence per prompt).
+    A record's target is drawn from `default_rng([seed, step, row])`: the same on any
+    number of processes and after a resume."""
+
+    def __init__(self, config, codec: Codec, view: HostEpisodes):
+        self.config, self.codec, self.view = config, codec, view
+        self.prompts = _Prompts(config, codec, view)
+
+    def __call__(self, model, tasks, key, step) -> Rollout:
+        d, w = self.config.mindzero.data, self.config.mindzero.warmup
+        prompts, targets = [], []
+        for task in tasks:
+            e, t = int(task["episode"]), int(task["t"])
+            rng = np.random.default_rng([self.config.trainer.seed, step, int(task["row"])])
+            prompts.append(self.prompts(e, t))
+            targets.append(self.codec.completion_ids(data_lib.warmup_target(
+                self.view, e, d.num_particles, rng, t, w.teacher)))
+        seqs, masks = completion_rows(prompts, targets)
+        return Rollout(seqs, masks, [1.0] * len(seqs), [int(t["row"]) for t in tasks],
+                       count=len(seqs),
+                       metrics={"target_tokens": float(np.mean([len(x) for x in targets]))})
+
+
+class ParticleRollout:
+    """SSRL: `group_size` particle completions per prompt, rewarded by eq. 4."""
+
+    def __init__(self, config, codec: Codec, view: HostEpisodes, table):
+        self.config, self.codec, self.view, self.table = config, codec, view, table
+        self.prompts = _Prompts(config, codec, view)
+        self.decision_ids = codec.decision_ids if config.step.lambda_entropy > 0 else None
+
+    def __call__(self, model, tasks, key, step) -> Rollout:
+        c, d = self.config.trainer, self.config.mindzero.data
+        G, n = c.group_size, d.num_particles
+        prompts = [self.prompts(int(task["episode"]), int(task["t"]))
+                   for task in tasks for _ in range(G)]
+        episode = np.repeat([int(task["episode"]) for task in tasks], G)
+        t = np.repeat([int(task["t"]) for task in tasks], G)
+        out = generate_result(model, prompts, sample_rows(tasks, G), key=key,
+                              max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+                              top_p=c.top_p, stop=list(self.codec.eos_ids),
+                              pad_id=self.codec.pad_id)
+        completions = out.sequences()
+        texts = [self.codec.decode(s) for s in completions]
+        parsed = [parse_particles(x, self.view.labels[e], mode="train", num_particles=n,
+                                  duplicates=self.config.mindzero.reward.duplicates)
+                  for x, e in zip(texts, episode)]
+        goals, q, ok = to_arrays(parsed, env_params(self.config).num_objects, n)
+        reward, terms = _elbo(self.table[episode, t], goals, q, ok, t, None,
+                              self.config.mindzero.reward)
+        reward = np.asarray(reward)
+        adv = np.asarray(group_advantages(reward, G))
+        seqs, masks = completion_rows(prompts, completions)
+        decisions = None
+        if self.decision_ids is not None:
+            decisions = [[0.0] * len(p) + [float(int(i) in self.decision_ids) for i in s]
+                         for p, s in zip(prompts, completions)]
+        groups = [int(task["row"]) for task in tasks for _ in range(G)]
+        return Rollout(seqs, masks, adv.tolist(), groups, decision_masks=decisions,
+                       count=len(seqs), metrics={
+                           "reward_mean": float(reward.mean()),
+                           "reward_sq": float(np.mean(reward ** 2)),
+                           "valid": float(np.mean(ok)),
+                           "likelihood": float(np.mean(terms["likelihood"])),
+                           "q_entropy": float(np.mean(terms["entropy"])),
+                           "completion_tokens": float(np.mean([len(s) for s in completions])),
+                           # groups whose samples all scored the same teach nothing (collapse)
+                           "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G),
+                                                               axis=1) == 0))})
+
+
+def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 128):
+    """An eval hook scoring the model on a fixed sample of held-out (episode, t): top-1 goal
+    accuracy and mean log score of the true goal (queried as the evaluation does, 1% uniform
+    mix), and how many distinct completions it gives (1 = it ignores its observation). Labels
+    are read only here, for logging; training never sees them."""
     from jaxtom.eval.metrics import goal_scores
     from jaxtom.gridworld import goal_index
     from jaxtom.mindzero.evaluate import dense
-    render = get_observation(cfg.data.observation)
+    from jaxtom.mindzero.policy import sample_completions
+    d, e_cfg = config.mindzero.data, config.mindzero.eval
+    render = get_observation(d.observation)
     records = data_lib.timestep_records(view)
-    pick = np.random.default_rng(cfg.seed + 11).choice(len(records), min(num_rows, len(records)),
-                                                       replace=False)
+    pick = np.random.default_rng(config.trainer.seed + 11).choice(
+        len(records), min(num_rows, len(records)), replace=False)
     rows = [records[i] for i in np.sort(pick)]
-    n = cfg.data.num_particles
+    n = d.num_particles
     true = np.array([int(goal_index(*view.goal[e], 8)) for e, _ in rows])
+    prompts = [codec.prompt_ids(render(view, e, t, n)) for e, t in rows]
 
-    def score(model, codec) -> dict:
-        prompts = [codec.prompt_ids(render(view, e, t, n)) for e, t in rows]
-        texts, _, _ = sample_completions(model, codec, prompts, key=jax.random.key(cfg.seed),
-                                         temperature=cfg.eval.temperature,
-                                         max_new_tokens=cfg.rl.max_new_tokens)
+    def score(step, model) -> dict:
+        from jaxtom.rl.distributed import local_replica
+        texts, _, _ = sample_completions(local_replica(model), codec, prompts,
+                                         key=jax.random.key(config.trainer.seed),
+                                         temperature=e_cfg.temperature,
+                                         max_new_tokens=config.trainer.max_new_tokens)
         beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
                                                   num_particles=n), 8)
                             for x, (e, _) in zip(texts, rows)])
         s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]),
-                        cfg.eval.score_mix)
-        return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"]))}
+                        e_cfg.score_mix)
+        return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"])),
+                "distinct_completions": float(len(set(texts)))}
     return score
 
 
-def max_row_len(cfg, codec, view, max_new_tokens: int, quantum: int = 16) -> int:
-    """One packed row length for the whole run (longest prompt + completion budget), so the
-    jitted update compiles once."""
-    render = get_observation(cfg.data.observation)
-    longest = max(len(codec.prompt_ids(render(view, e, t, cfg.data.num_particles)))
-                  for e, t in data_lib.timestep_records(view, cfg.data.stride))
-    return int(np.ceil((longest + max_new_tokens + 1) / quantum) * quantum)
-
-
-def train(cfg: MindZeroConfig, progress: bool = True) -> dict:
-    """The whole run: data, tokenizer, model, warm-up, SSRL; returns paths and timings."""
-    from tqdm import tqdm
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+def train(config, progress: bool = True) -> dict:
+    """The whole run: data, tokenizer, model, warm-up, SSRL; returns paths and timings.
+    Rerunning it on a run directory resumes (a finished phase is not repeated)."""
+    run_dir = Path(config.trainer.workdir)
     t0 = time.perf_counter()
-    params = env_params(cfg)
-    train_eps, test_eps = make_episodes(cfg)
+    if jax.process_index() == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+    params = env_params(config)
+    train_eps, test_eps = make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
-    model, codec = build_model(cfg, run_dir, views=(view, test_view))
-    writer = _writer(run_dir)
+    model, codec = build_model(config, run_dir, views=(view, test_view))
+    config = dataclasses.replace(config, trainer=dataclasses.replace(
+        config.trainer, row_len=max_row_len(config, codec, view), pad_id=codec.pad_id,
+        progress=progress and config.trainer.progress))
+    mesh = make_mesh(config)
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
-    if cfg.warmup.steps:
-        model = warmup(cfg, model, codec, view, writer, progress)
+    mz = config.mindzero
+    if mz.warmup.steps:
+        wcfg = warmup_trainer_config(config)
+        warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
+                       warmup_step_config(config), wcfg, mesh=mesh, desc="warm-up")
+        model = warm.learner.model(warm.run())
         save_model(model, run_dir / "warmup")
     timings["warmup_s"] = time.perf_counter() - t1
 
-    r, n = cfg.rl, cfg.data.num_particles
-    table = cumulative_log_likelihoods(train_eps.trajectories, params)  # [E, T+1, G]
-    learner = Learner(model, step_config(cfg, warmup=False), mesh=make_mesh(cfg))
-    state = learner.init_state(model, cfg.seed)
-    ds = iter(data_lib.timestep_dataset(view, batch_size=r.prompts_per_step, seed=cfg.seed,
-                                        observation=cfg.data.observation, num_particles=n,
-                                        stride=cfg.data.stride))
-    key = jax.random.key(cfg.seed + 7)
-    row_len = max_row_len(cfg, codec, view, r.max_new_tokens)
-    monitor = heldout_monitor(cfg, test_view) if r.monitor_every else None
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     t2 = time.perf_counter()
-    bar = tqdm(range(r.steps), desc="ssrl", disable=not progress, mininterval=2.0)
-    steps_done = 0
-    held = {}
-    for step in bar:
-        if monitor and step % r.monitor_every == 0:
-            held = monitor(learner.model(state), codec)
-            for k, v in held.items():
-                writer.add_scalar(f"heldout/{k}", v, step)
-        batch = next(ds)
-        G = r.samples_per_prompt
-        prompts = [codec.prompt_ids(p) for p in batch["prompt"] for _ in range(G)]
-        episode = np.repeat(np.asarray(batch["episode"]), G)
-        t = np.repeat(np.asarray(batch["t"]), G)
-        key, sub = jax.random.split(key)
-        texts, completions, _ = sample_completions(
-            learner.model(state), codec, prompts, key=sub, temperature=r.temperature,
-            max_new_tokens=r.max_new_tokens)
-        parsed = [parse_particles(x, view.labels[e], mode="train", num_particles=n,
-                                  duplicates=cfg.reward.duplicates)
-                  for x, e in zip(texts, episode)]
-        goals, q, ok = to_arrays(parsed, params.num_objects, n)
-        reward, terms = _elbo(table[episode, t], goals, q, ok, t, None, cfg.reward)
-        adv = np.asarray(group_advantages(reward, G))
-        packed = _pack(prompts, completions, adv.tolist(), np.repeat(np.arange(len(t) // G), G),
-                       codec.pad_id, row_len=row_len,
-                       decision_ids=codec.decision_ids if r.entropy_coef > 0 else None)
-        state, metrics = learner.step(state, packed)
-        steps_done += 1
-        if step % 5 == 0:
-            stats = {"reward": float(jnp.mean(reward)), "valid": float(ok.mean()),
-                     "likelihood": float(jnp.mean(terms["likelihood"])),
-                     "q_entropy": float(jnp.mean(terms["entropy"])),
-                     "completion_tokens": float(np.mean([len(c) for c in completions])),
-                     # groups whose samples all scored the same teach nothing (collapse)
-                     "flat_groups": float(np.mean(np.ptp(np.asarray(reward).reshape(-1, G),
-                                                         axis=1) == 0))}
-            stats.update({k: float(v) for k, v in metrics.items()})
-            for k, v in stats.items():
-                writer.add_scalar(f"ssrl/{k}", v, step)
-            with open(run_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps({"step": step, "time_s": round(time.perf_counter() - t2, 1),
-                                    **stats, **{f"heldout_{k}": v for k, v in held.items()}})
-                        + "\n")
-            bar.set_postfix(reward=f"{stats['reward']:.1f}", valid=f"{stats['valid']:.2f}",
-                            heldout_top1=f"{held.get('top1', float('nan')):.2f}")
-        if r.max_seconds and time.perf_counter() - t2 > r.max_seconds:
-            break
+    table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories, params))  # [E,T+1,G]
+    hooks = [heldout_monitor(config, test_view, codec)] if config.trainer.eval_every else []
+    ssrl_cfg = dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl"))
+    ssrl = Trainer(model, task_records(view, mz.data.stride),
+                   ParticleRollout(config, codec, view, table), config.step, ssrl_cfg,
+                   mesh=mesh, eval_hooks=hooks, desc="ssrl")
+    state = ssrl.run()
     timings["ssrl_s"] = time.perf_counter() - t2
-    timings["ssrl_steps"] = steps_done
-    save_model(learner.model(state), run_dir / "checkpoint")
-    writer.close()
+    timings["ssrl_steps"] = int(state.step)
+    save_model(ssrl.learner.model(state), run_dir / "checkpoint")
     timings["total_s"] = time.perf_counter() - t0
-    (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
-    return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps}
+    if jax.process_index() == 0:
+        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
+            "state": state}
 
 
 def save_model(model, path: Path) -> Path:
@@ -306,12 +328,12 @@ def save_model(model, path: Path) -> Path:
     return path
 
 
-def load_model(cfg: MindZeroConfig, checkpoint: str | Path, tokenizer_path=None):
+def load_model(config, checkpoint: str | Path, tokenizer_path=None):
     """(model, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
     import orbax.checkpoint as ocp
     checkpoint = Path(checkpoint).absolute()
     tok = tokenizer_path or checkpoint.parent / "tokenizer.json"
-    model, codec = build_model(cfg, checkpoint.parent, tokenizer_path=tok)
+    model, codec = build_model(config, checkpoint.parent, tokenizer_path=tok)
     graphdef, abstract = nnx.split(model)
     restored = ocp.StandardCheckpointer().restore(checkpoint, abstract)
     return nnx.merge(graphdef, restored), codec

@@ -1,9 +1,18 @@
-"""The GRPO loop: sample groups, score them, pack, update, log, checkpoint, resume.
+"""The one training loop: every paper's training is a rollout hook under it.
 
-Everything paper-specific comes in through two objects: the task records (dicts with at
-least a `"prompt"` token list) and a `RewardFn`. Each step's sampling key is
-`fold_in(state.rng, step)`, so a run resumed from a checkpoint draws exactly the samples the
-uninterrupted run would have drawn.
+A rollout is a function `(model, tasks, key, step) -> Rollout`: it turns this process's share
+of the step's task records into sequences with policy masks and advantages (and, for CToM,
+prediction targets). MindZero's warm-up (supervised targets, advantage 1), MindZero SSRL
+(particles scored by the ELBO), CToM conversations and the generic completion task are all
+rollouts. The loop owns everything else: the task stream, sampling keys, packing, the update
+(PPO mini-batches live in `Learner.update`), logging (tensorboardX + JSONL + tqdm), eval
+hooks and orbax checkpoints with exact resume.
+
+Determinism and multi-process: the task stream is global (every process draws the same
+batch and takes its slice), each record carries its global `row` within the step, and the
+step's key is `fold_in(state.rng, step)`; rollouts sample row r with key
+`fold_in(key, r)`. So a run's samples, metrics and parameters depend only on its config and
+seed: not on how many processes share it, nor on whether it was interrupted and resumed.
 """
 
 from __future__ import annotations
@@ -16,13 +25,57 @@ import grain
 import jax
 import numpy as np
 
-from jaxtom import sampling
 from jaxtom.models.decoder import Decoder
-from jaxtom.rl.batch import pack_sequences
+from jaxtom.rl import distributed
+from jaxtom.rl.batch import Batch, pack_sequences
 from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
 from jaxtom.rl.step import Learner, StepConfig, TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    workdir: str = "runs/default"
+    total_steps: int = 100
+    prompts_per_step: int = 4  # task records per step (all processes together)
+    group_size: int = 4  # samples per task record (GRPO group)
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    row_len: int = 64  # tokens per packed row
+    num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
+    stop_tokens: tuple[int, ...] = ()
+    pad_id: int = 0
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # run the eval hooks every this many steps (0: never)
+    log_every: int = 1
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One process's sequences for one update, or a batch the rollout packed itself.
+
+    Per-token lists are aligned with `sequences`; `group_ids` only need to be unique within
+    the step. `metrics` are means over this process's `count` items; the trainer averages
+    them over processes weighted by `count`.
+    """
+    sequences: list[list[int]] = dataclasses.field(default_factory=list)
+    policy_masks: list[list[float]] = dataclasses.field(default_factory=list)
+    advantages: list[float] = dataclasses.field(default_factory=list)
+    group_ids: list[int] = dataclasses.field(default_factory=list)
+    decision_masks: list[list[float]] | None = None
+    batch: Batch | None = None  # a prebuilt batch (CToM: with its prediction sub-batch)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    count: int = 1
+
+
+class RolloutFn(Protocol):
+    def __call__(self, model: Decoder, tasks: list[dict[str, Any]], key: jax.Array,
+                 step: int) -> Rollout: ...
 
 
 class RewardFn(Protocol):
@@ -32,71 +85,112 @@ class RewardFn(Protocol):
                  tasks: Sequence[dict[str, Any]]) -> Sequence[float]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainerConfig:
-    workdir: str = "runs/default"
-    total_steps: int = 100
-    prompts_per_step: int = 4
-    group_size: int = 4
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    row_len: int = 64  # tokens per packed row
-    num_rows: int = 0  # rows per batch; 0: one sequence per row
-    stop_tokens: tuple[int, ...] = ()
-    pad_id: int = 0
-    checkpoint_every: int = 50
-    keep_checkpoints: int = 2
-    eval_every: int = 0
-    log_every: int = 1
-    seed: int = 0
-    progress: bool = True
-
-
-def task_iterator(tasks: Sequence[dict], batch_size: int, seed: int):
-    """Endless shuffled batches of task records, this process's shard only (grain)."""
-    ds = grain.MapDataset.source(list(tasks))
-    ds = ds[jax.process_index()::jax.process_count()]
-    # drop_remainder: an endless stream has no remainder, and without it grain overflows the
-    # length of a batch-1 view of an endless dataset
-    ds = ds.seed(seed).shuffle().repeat(None).batch(batch_size, drop_remainder=True, batch_fn=list)
-    return iter(ds.to_iter_dataset())
-
-
-def build_batch(prompts, completions, rewards, group_size, num_rows, row_len, pad_id):
-    """Packs prompt+completion sequences with the completion tokens as the policy mask."""
-    adv = np.asarray(group_advantages(np.asarray(rewards, np.float32), group_size))
+def completion_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]):
+    """(sequences, policy masks): prompt + completion, the completion tokens trainable."""
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
     masks = [[0.0] * len(p) + [1.0] * len(c) for p, c in zip(prompts, completions)]
-    return pack_sequences(seqs, masks, adv, [i // group_size for i in range(len(seqs))],
-                          num_rows=num_rows or len(seqs), row_len=row_len, pad_id=pad_id)
+    return seqs, masks
 
 
-class Trainer:
-    """Runs GRPO on `tasks` with `reward_fn`; `eval_hooks(step, model) -> dict` add metrics."""
+def sample_rows(tasks: Sequence[dict], group_size: int) -> np.ndarray:
+    """Global sampler row ids of `tasks`' samples: task row r, sample g -> r * G + g."""
+    return np.asarray([t["row"] * group_size + g for t in tasks for g in range(group_size)],
+                      np.int64)
 
-    def __init__(self, model: Decoder, tasks: Sequence[dict], reward_fn: RewardFn,
-                 step_cfg: StepConfig, cfg: TrainerConfig, mesh=None,
-                 eval_hooks: Sequence[Callable[[int, Decoder], dict]] = ()):
-        if jax.process_count() > 1:
-            raise NotImplementedError(
-                "multi-process rollouts are not wired yet: the update step is multi-host "
-                "(Learner.put_batch), but the trainer samples on one process")
+
+class CompletionRollout:
+    """GRPO on single completions: `group_size` samples per task, scored by `reward_fn`."""
+
+    def __init__(self, reward_fn: RewardFn, cfg: TrainerConfig):
         if cfg.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for group advantages, got "
                              f"{cfg.group_size}")
-        if not tasks or any("prompt" not in t for t in tasks):
-            raise ValueError("tasks must be a non-empty list of dicts with a 'prompt' token list")
-        self.model0, self.tasks, self.reward_fn = model, list(tasks), reward_fn
-        self.cfg, self.eval_hooks = cfg, list(eval_hooks)
+        self.reward_fn, self.cfg = reward_fn, cfg
+
+    def __call__(self, model, tasks, key, step) -> Rollout:
+        cfg, G = self.cfg, self.cfg.group_size
+        prompts = [list(t["prompt"]) for t in tasks for _ in range(G)]
+        records = [t for t in tasks for _ in range(G)]
+        completions = distributed.generate_rows(
+            model, prompts, sample_rows(tasks, G), key=key, max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature, top_p=cfg.top_p, stop=cfg.stop_tokens,
+            pad_id=cfg.pad_id)
+        rewards = np.asarray(self.reward_fn(completions, records), np.float32)
+        if rewards.shape != (len(completions),):
+            raise ValueError(f"reward function returned shape {rewards.shape}, expected "
+                             f"({len(completions)},): one reward per completion")
+        adv = np.asarray(group_advantages(rewards, G))
+        seqs, masks = completion_rows(prompts, completions)
+        groups = [t["row"] for t in tasks for _ in range(G)]
+        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={
+            "reward_mean": float(rewards.mean()),
+            "reward_sq": float(np.mean(rewards ** 2)),
+            "completion_len": float(np.mean([len(c) for c in completions]))})
+
+
+class TaskStream:
+    """Endless shuffled batches of task records, the same on every process (grain); each
+    process keeps its slice. Records get `row`: their index within the step's batch."""
+
+    def __init__(self, tasks: Sequence[dict], batch_size: int, seed: int):
+        n = jax.process_count()
+        if batch_size % n:
+            raise ValueError(f"trainer.prompts_per_step={batch_size} must be a multiple of the "
+                             f"number of processes ({n}): each process takes an equal share")
+        if not tasks:
+            raise ValueError("no task records to train on")
+        self.batch_size, self.share = batch_size, batch_size // n
+        ds = grain.MapDataset.source(list(range(len(tasks))))
+        # drop_remainder: an endless stream has no remainder, and without it grain overflows
+        # the length of a batch-1 view of an endless dataset
+        ds = ds.seed(seed).shuffle().repeat(None).batch(batch_size, drop_remainder=True,
+                                                        batch_fn=list)
+        self.tasks = list(tasks)
+        self.it = iter(ds.to_iter_dataset())
+
+    def next_local(self) -> list[dict]:
+        idx = next(self.it)
+        lo = jax.process_index() * self.share
+        return [{**self.tasks[int(i)], "row": lo + j}
+                for j, i in enumerate(idx[lo:lo + self.share])]
+
+    def get_state(self):
+        return self.it.get_state()
+
+    def set_state(self, state) -> None:
+        self.it.set_state(state)
+
+
+def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
+    """The one packer: this process's rows of the update batch, fixed [rows, row_len]."""
+    if rollout.batch is not None:
+        return rollout.batch
+    local = distributed.max_over_processes(len(rollout.sequences))
+    rows = -(-cfg.num_rows // jax.process_count()) if cfg.num_rows else max(local, 1)
+    return pack_sequences(rollout.sequences, rollout.policy_masks, rollout.advantages,
+                          rollout.group_ids, num_rows=rows, row_len=cfg.row_len,
+                          pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)
+
+
+class Trainer:
+    """Runs `rollout_fn` + updates from `model`; `eval_hooks(step, model) -> dict` add
+    `eval/` metrics every `cfg.eval_every` steps (on every process; process 0 logs)."""
+
+    def __init__(self, model: Decoder, tasks: Sequence[dict], rollout_fn: RolloutFn,
+                 step_cfg: StepConfig, cfg: TrainerConfig, mesh=None,
+                 eval_hooks: Sequence[Callable[[int, Decoder], dict]] = (), desc: str = "train"):
+        self.model0, self.tasks, self.rollout_fn = model, list(tasks), rollout_fn
+        self.cfg, self.eval_hooks, self.desc = cfg, list(eval_hooks), desc
         self.learner = Learner(model, step_cfg, mesh=mesh)
 
     def run(self) -> TrainState:
+        """Trains to `cfg.total_steps`, resuming from the newest checkpoint in the workdir
+        (a finished run returns its final state at once)."""
         cfg = self.cfg
         workdir = Path(cfg.workdir)
         ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
         state = self.learner.init_state(self.model0, seed=cfg.seed)
-        data = task_iterator(self.tasks, cfg.prompts_per_step, cfg.seed)
+        data = TaskStream(self.tasks, cfg.prompts_per_step, cfg.seed)
         if ckpt.latest_step() is not None:
             state, data_state = ckpt.restore(state)
             if data_state:
@@ -104,16 +198,17 @@ class Trainer:
         logger = MetricsLogger(workdir)
         start = int(state.step)
         bar = None
-        if cfg.progress and jax.process_index() == 0:
+        if cfg.progress and jax.process_index() == 0 and start < cfg.total_steps:
             from tqdm import tqdm
-            bar = tqdm(total=cfg.total_steps, initial=start, desc="grpo", dynamic_ncols=True)
+            bar = tqdm(total=cfg.total_steps, initial=start, desc=self.desc,
+                       dynamic_ncols=True, mininterval=1.0)
         try:
             for step in range(start, cfg.total_steps):
-                state, metrics = self.train_step(state, next(data), step)
+                state, metrics = self.train_step(state, data.next_local(), step)
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}",
-                                    kl=f"{metrics['kl']:.4f}")
+                    bar.set_postfix({k: f"{metrics[k]:.3g}" for k in
+                                     ("reward_mean", "loss_grpo", "eval/top1") if k in metrics})
                 if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
                     model = self.learner.model(state)
                     for hook in self.eval_hooks:
@@ -130,30 +225,15 @@ class Trainer:
             ckpt.close()
         return state
 
-    def rollout(self, state: TrainState, tasks: list[dict], step: int):
-        """Samples group_size completions per task; returns prompts, completions, rewards."""
-        cfg = self.cfg
-        prompts = [list(t["prompt"]) for t in tasks for _ in range(cfg.group_size)]
-        records = [t for t in tasks for _ in range(cfg.group_size)]
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), step)
-        out = sampling.generate(self.learner.model(state), prompts,
-                                max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                top_p=cfg.top_p, key=key, stop=cfg.stop_tokens,
-                                pad_id=cfg.pad_id)
-        completions = out.sequences()
-        rewards = np.asarray(self.reward_fn(completions, records), np.float32)
-        if rewards.shape != (len(completions),):
-            raise ValueError(f"reward function returned shape {rewards.shape}, expected "
-                             f"({len(completions)},): one reward per completion")
-        return prompts, completions, rewards
-
     def train_step(self, state: TrainState, tasks: list[dict], step: int):
-        cfg = self.cfg
-        prompts, completions, rewards = self.rollout(state, tasks, step)
-        batch = build_batch(prompts, completions, rewards, cfg.group_size, cfg.num_rows,
-                            cfg.row_len, cfg.pad_id)
-        state, metrics = self.learner.step(state, self.learner.put_batch(batch))
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), step)
+        rollout = self.rollout_fn(self.learner.model(state), tasks, key, step)
+        batch = pack_rollout(rollout, self.cfg)
+        update = getattr(self.learner, "update", self.learner.step)
+        state, metrics = update(state, self.learner.put_batch(batch))
         out = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        out.update(reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
-                   completion_len=float(np.mean([len(c) for c in completions])))
+        out.update(distributed.weighted_mean(rollout.metrics, rollout.count))
+        if "reward_sq" in out:
+            out["reward_std"] = float(np.sqrt(max(out.pop("reward_sq")
+                                                  - out["reward_mean"] ** 2, 0.0)))
         return state, out

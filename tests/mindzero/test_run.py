@@ -4,17 +4,21 @@ import json
 
 import pytest
 
-from jaxtom.mindzero.config import load_config
+from jaxtom.config import load_config
 from jaxtom.mindzero.run import load_run_config
 
 
 def test_load_run_config_round_trips_config_json(tmp_path):
     cfg = load_config("configs/mindzero_gridworld_tiny.py",
-                      ["eval.seeds=(1, 2)", "reward.format_penalty=-5.0", "data.stride=3"])
+                      ["mindzero.eval.seeds=(1, 2)", "mindzero.reward.format_penalty=-5.0",
+                       "mindzero.data.stride=3", "trainer.stop_tokens=(1, 2)"])
     (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
     assert load_run_config(tmp_path) == cfg
-    (tmp_path / "config.json").write_text(json.dumps({"model": {"layers": 2}}))
+    (tmp_path / "config.json").write_text(json.dumps({"model": {"layers": 2}, "mindzero": {}}))
     with pytest.raises(ValueError, match="layers"):
+        load_run_config(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model": {}}))
+    with pytest.raises(ValueError, match="no mindzero section"):
         load_run_config(tmp_path)
     with pytest.raises(FileNotFoundError):
         load_run_config(tmp_path / "missing")

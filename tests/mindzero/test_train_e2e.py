@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxtom.mindzero.config import load_config
+from jaxtom.config import load_config
 from jaxtom.mindzero.run import evaluate_run
 from jaxtom.mindzero.trainer import train
 
@@ -12,13 +12,13 @@ from jaxtom.mindzero.trainer import train
 @pytest.mark.slow
 def test_tiny_run_trains_and_evaluates(tmp_path):
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
-        f"run_dir='{tmp_path}'", "data.train_episodes=12", "data.eval_episodes=3",
-        "warmup.steps=3", "warmup.batch_size=4", "rl.steps=2", "rl.prompts_per_step=2",
-        "rl.samples_per_prompt=2", "eval.episodes=3", "eval.seeds=(10,)", "eval.stride=8",
-        "eval.qa_episodes=2", "model.vocab_size=320"])
+        f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=12", "mindzero.data.eval_episodes=3",
+        "mindzero.warmup.steps=3", "mindzero.warmup.batch_size=4", "trainer.total_steps=2", "trainer.prompts_per_step=2",
+        "trainer.group_size=2", "mindzero.eval.episodes=3", "mindzero.eval.seeds=(10,)", "mindzero.eval.stride=8",
+        "mindzero.eval.qa_episodes=2", "model.vocab_size=320"])
     out = train(cfg, progress=False)
     assert (tmp_path / "checkpoint").exists() and (tmp_path / "warmup").exists()
-    assert list((tmp_path / "tb").iterdir())
+    assert list((tmp_path / "ssrl" / "tensorboard").iterdir())
     results = evaluate_run(cfg, tmp_path / "checkpoint", test=out["test"], progress=False)
     table = results["goal_inference"]
     assert {"MindZero", "untrained (warm-up only)", "random goal", "exact posterior"} <= set(table)

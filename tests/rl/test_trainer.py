@@ -14,7 +14,7 @@ import pytest
 
 from jaxtom import rl
 from jaxtom.rl.toy import TargetTokenReward, toy_token_tasks
-from jaxtom.rl.trainer import Trainer, TrainerConfig
+from jaxtom.rl.trainer import CompletionRollout, Trainer, TrainerConfig
 from tests.rl.common import TINY, tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,12 +24,12 @@ def test_toy_task_reward_rises(tmp_path):
     model = tiny_model(seed=2)
     tasks = toy_token_tasks(32, 4, TINY.vocab_size, seed=0)
     steps = 30
-    trainer = Trainer(model, tasks, TargetTokenReward(3),
+    cfg = TrainerConfig(workdir=str(tmp_path), total_steps=steps, group_size=4,
+                        prompts_per_step=4, max_new_tokens=8, row_len=16,
+                        checkpoint_every=steps, progress=False)
+    trainer = Trainer(model, tasks, CompletionRollout(TargetTokenReward(3), cfg),
                       rl.StepConfig(learning_rate=1e-2, warmup_steps=3, total_steps=steps,
-                                    kl_coef=0.01, weight_decay=0.0),
-                      TrainerConfig(workdir=str(tmp_path), total_steps=steps, group_size=4,
-                                    prompts_per_step=4, max_new_tokens=8, row_len=16,
-                                    checkpoint_every=steps, progress=False))
+                                    kl_coef=0.01, weight_decay=0.0), cfg)
     trainer.run()
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, steps + 1))

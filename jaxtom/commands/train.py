@@ -1,0 +1,197 @@
+"""`jaxtom train|eval CONFIG [section.field=value ...]` for every file in `configs/`, and
+`jaxtom mindzero run|train|eval` (the MindZero main job: train, then evaluate).
+
+What trains is decided by the config's sections: a `mindzero` section runs MindZero's warm-up
+and SSRL phases, a `ctom` section CToM's conversation rollouts, neither the generic
+single-completion task; all of them on the one trainer (`jaxtom.rl.Trainer`). A bad config
+prints one `config error:` line naming the field and exits with status 2 before anything is
+written or any JAX backend starts. Multi-process runs read the launcher's variables
+(JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID): `jax.distributed.initialize`
+runs right after the config is read, before any JAX work.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def load(args):
+    """The validated config, or None after printing the one-line error."""
+    from jaxtom.config import ConfigError, load_config
+    try:
+        return load_config(args.config, args.overrides)
+    except ConfigError as err:
+        print(str(err), file=sys.stderr)
+        return None
+
+
+def start_distributed() -> None:
+    from jaxtom import parallel
+    env = os.environ
+    parallel.initialize_distributed(
+        coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
+        num_processes=int(env["JAX_NUM_PROCESSES"]) if "JAX_NUM_PROCESSES" in env else None,
+        process_id=int(env["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in env else None)
+
+
+def make_mesh(config):
+    from jaxtom import parallel
+    return parallel.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+
+
+def build_model(config, mesh):
+    """The generic task's policy: a checkpoint (`model.path`) or a random model."""
+    from jaxtom import models
+    from jaxtom.config import resolve_model_path
+    from jaxtom.models.config import ModelConfig
+
+    m = config.model
+    if m.path:
+        model = models.from_pretrained(resolve_model_path(m.path), dtype=m.param_dtype,
+                                       compute_dtype=m.compute_dtype, mesh=mesh)
+    else:
+        model = models.init_decoder(ModelConfig(
+            family=m.family, vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+            intermediate_size=m.intermediate_size, num_layers=m.num_layers,
+            num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+            qk_norm=m.family == "qwen3", param_dtype=m.param_dtype,
+            compute_dtype=m.compute_dtype), seed=m.seed)
+    if m.lora_rank:
+        models.add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or None)
+    return model
+
+
+def build_task(config):
+    """(task records, reward fn) of the generic task."""
+    t = config.task
+    if t.name == "toy_token":
+        from jaxtom.rl.toy import TargetTokenReward, toy_token_tasks
+        return (toy_token_tasks(t.num_prompts, t.prompt_len, config.model.vocab_size,
+                                seed=config.trainer.seed), TargetTokenReward(t.target_token))
+    module, _, attr = t.name.partition(":")
+    return getattr(importlib.import_module(module), attr)(config)
+
+
+def train(config, progress: bool = True) -> dict:
+    """Trains any config to its last step (resuming from its workdir); a JSON-able summary."""
+    import dataclasses
+
+    config = dataclasses.replace(config, trainer=dataclasses.replace(
+        config.trainer, progress=config.trainer.progress and progress))
+    if config.kind == "mindzero":
+        from jaxtom.mindzero.trainer import train as train_mindzero
+        out = train_mindzero(config, progress=config.trainer.progress)
+        return {"step": int(out["state"].step), "workdir": out["run_dir"]}
+    mesh = make_mesh(config)
+    if config.kind == "ctom":
+        from jaxtom.ctom.train import train as train_ctom
+        state = train_ctom(config, mesh=mesh)
+    else:
+        from jaxtom.rl.trainer import CompletionRollout, Trainer
+        tasks, reward_fn = build_task(config)
+        trainer = Trainer(build_model(config, mesh), tasks,
+                          CompletionRollout(reward_fn, config.trainer), config.step,
+                          config.trainer, mesh=mesh, desc="grpo")
+        state = trainer.run()
+    return {"step": int(state.step), "workdir": config.trainer.workdir}
+
+
+def evaluate(config, config_path: str, overrides, checkpoint: str | None = None) -> int:
+    if config.kind == "mindzero":
+        from jaxtom.mindzero.run import evaluate_run
+        ckpt = Path(checkpoint or Path(config.trainer.workdir) / "checkpoint")
+        if not ckpt.exists():
+            print(f"no checkpoint at {ckpt}; train first (jaxtom train {config_path}) or pass "
+                  "--checkpoint DIR", file=sys.stderr)
+            return 2
+        evaluate_run(config, ckpt)
+        return 0
+    if checkpoint:
+        print("--checkpoint is for MindZero configs; a CToM config evaluates the latest "
+              "checkpoint under its trainer.workdir", file=sys.stderr)
+        return 2
+    if config.kind == "ctom":
+        from jaxtom.ctom.evaluate import run_eval
+        run_eval(config_path, overrides)
+        return 0
+    print(f"config error: CONFIG: expected a MindZero or CToM config to evaluate, got "
+          f"{config_path!r} (the generic task logs its reward while training)", file=sys.stderr)
+    return 2
+
+
+def _train_cmd(args) -> int:
+    config = load(args)
+    if config is None:
+        return 2
+    start_distributed()
+    print(json.dumps(train(config, progress=not args.quiet)))
+    return 0
+
+
+def _eval_cmd(args) -> int:
+    config = load(args)
+    if config is None:
+        return 2
+    start_distributed()
+    return evaluate(config, args.config, args.overrides, args.checkpoint)
+
+
+def _mindzero_cmd(args) -> int:
+    config = load(args)
+    if config is None:
+        return 2
+    if config.kind != "mindzero":
+        print(f"config error: CONFIG: expected a MindZero config (with a mindzero section), "
+              f"got {args.config!r}", file=sys.stderr)
+        return 2
+    start_distributed()
+    if args.action == "eval":
+        return evaluate(config, args.config, args.overrides, args.checkpoint)
+    from jaxtom.mindzero.trainer import train as train_mindzero
+    out = train_mindzero(config, progress=not args.quiet and config.trainer.progress)
+    t = out["timings"]
+    print(f"trained in {t['total_s']:.0f} s (setup {t['setup_s']:.0f} s, warm-up "
+          f"{t['warmup_s']:.0f} s, SSRL {t['ssrl_s']:.0f} s / {t['ssrl_steps']} steps); "
+          f"run dir {out['run_dir']}")
+    if args.action == "run":
+        from jaxtom.mindzero.run import evaluate_run
+        results = evaluate_run(config, Path(out["run_dir"]) / "checkpoint", test=out["test"])
+        print(f"evaluated in {results['eval_s']:.0f} s")
+    return 0
+
+
+def _common(p) -> None:
+    p.add_argument("config", help="a configs/*.py file defining get_config()")
+    p.add_argument("overrides", nargs="*", metavar="section.field=value",
+                   help="dotted overrides, e.g. trainer.total_steps=10 step.learning_rate=1e-3")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train any configs/*.py file on the one trainer",
+                              description=__doc__.splitlines()[0])
+    _common(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_train_cmd)
+
+
+def add_eval_parser(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="evaluate a config: MindZero results table or "
+                                           "CToM table 1/2 columns")
+    _common(p)
+    p.add_argument("--checkpoint", help="MindZero: the run's checkpoint directory "
+                                        "(default: trainer.workdir/checkpoint)")
+    p.set_defaults(func=_eval_cmd)
+
+
+def add_mindzero_parser(subparsers) -> None:
+    p = subparsers.add_parser("mindzero", help="MindZero: run (train, then evaluate) | train "
+                                               "| eval")
+    p.add_argument("action", choices=("run", "train", "eval"))
+    _common(p)
+    p.add_argument("--checkpoint", help="eval: the run's checkpoint directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_mindzero_cmd)

@@ -1,5 +1,0 @@
-import sys
-
-from jaxtom.mindzero.cli import main
-
-sys.exit(main())
