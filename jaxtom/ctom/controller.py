@@ -164,8 +164,12 @@ def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, syst
         conv.rounds.append(rnd)
         conv.sequences.append(seg)
         if action == "COMMIT":
+            # the submission is the last SHOWN draft (section 4.1); the user has replied to it
+            # since, so the final request re-sends it as the last assistant message (the
+            # simulator prompt adds the marker) without adding a visible message
             conv.submission, conv.end = shown, "commit"
-            reply = yield SimRequest(task, tuple(conv.visible), final=True)
+            reply = yield SimRequest(task, tuple(conv.visible) + (("assistant", shown),),
+                                     final=True)
             rnd.reply = reply.text or None
             if reply.error:
                 conv.failed, conv.end = reply.error, "failed"

@@ -30,9 +30,14 @@ from jaxtom.ctom.scoring import extract_boxed, score_math
 
 @dataclasses.dataclass(frozen=True)
 class SimRequest:
+    """One simulator call. `history` is the visible conversation; for a counterfactual query
+    (section 4.2) it ends with the discarded draft d(k), and `earlier` holds the round's
+    earlier hidden steps ((d(0), u^(0)), ..., (d(k-1), u^(k-1))), so the simulated user is
+    conditioned on the same context as the prediction the reply supervises."""
     task: Task
     history: tuple[tuple[str, str], ...]  # visible (role, text); role "user" | "assistant"
     final: bool = False  # the last assistant message is a COMMIT submission
+    earlier: tuple[tuple[str, str], ...] = ()  # (draft, predicted reply) before the last draft
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,17 +60,38 @@ def format_history(history: Sequence[tuple[str, str]]) -> str:
                      for role, text in history)
 
 
+EARLIER_DRAFT = "**Assistant** (earlier draft {j}, revised before you saw it): {text}"
+EARLIER_PREDICTION = "**Assistant** (its guess of your reply to draft {j}): {text}"
+
+
+def format_round_history(request: SimRequest) -> str:
+    """{chat_history} of a request: the visible lines, with a counterfactual query's earlier
+    hidden drafts and predictions (labelled as such) before its last draft."""
+    history = list(request.history)
+    if request.final and request.task.domain != "math":
+        if not history or history[-1][0] != "assistant":
+            raise ValueError("a final (COMMIT) request must end with the submitted assistant "
+                             "message")
+        history[-1] = ("assistant", f"{ANSWER_MARKER}\n{history[-1][1]}")
+    if not request.earlier:
+        return format_history(history)
+    if not history or history[-1][0] != "assistant":
+        raise ValueError("a counterfactual request must end with the draft it asks about")
+    lines = [format_history(history[:-1])] if len(history) > 1 else []
+    for j, (draft, pred) in enumerate(request.earlier, 1):
+        lines.append(EARLIER_DRAFT.format(j=j, text=draft))
+        lines.append(EARLIER_PREDICTION.format(j=j, text=pred))
+    lines.append(format_history(history[-1:]))
+    return "\n".join(lines)
+
+
 def simulator_prompt(request: SimRequest) -> str:
     """The C.3 template for the request's domain, filled in."""
     task = request.task
-    history = list(request.history)
-    if request.final and task.domain != "math" and history:
-        role, text = history[-1]
-        history[-1] = (role, f"{ANSWER_MARKER}\n{text}")
     return fill_template(SIMULATOR_PROMPTS[task.domain], problem=task.prompt,
                          ground_truth=task.reference, hidden_information=task.hidden,
                          target_words=task.target_words or 200,
-                         chat_history=format_history(history))
+                         chat_history=format_round_history(request))
 
 
 _JSON_OBJ = re.compile(r"\{.*\}", re.DOTALL)

@@ -1,8 +1,9 @@
 """Prediction targets (section 4.2) and the GRPO batch of a CToM rollout.
 
 Every draft's prediction gets a target: the user's real reply for the shown draft, and for
-each discarded draft a counterfactual simulator reply to that draft in the same visible
-context (queried after the rollout, all at once). The target's context is exactly the token
+each discarded draft d(k) a counterfactual simulator reply, queried after the rollout (all at
+once) with the visible history, the round's earlier drafts and predictions, and d(k): the same
+context as the prediction (section 4.2; `counterfactual_request`). The target's context is exactly the token
 prefix the policy saw when it predicted, ending with the [ANTICIPATED] slot.
 """
 
@@ -23,9 +24,19 @@ class PredictionTarget:
     conversation: int
     round: int
     k: int
-    context: list[int]
+    context: list[int]  # the token prefix the prediction was sampled from
     target: str
     counterfactual: bool
+    query: object = None  # the SimRequest that produced a counterfactual target (else None)
+
+
+def counterfactual_request(conv: Conversation, rnd, k: int) -> SimRequest:
+    """Section 4.2's query for draft d(k) of round `rnd`: the visible history h_t, the
+    round's earlier drafts with the assistant's predictions of the replies to them, then
+    d(k) -- everything the prediction u^(k) it supervises was conditioned on."""
+    history = tuple(conv.visible[:rnd.history_len]) + (("assistant", rnd.drafts[k]),)
+    earlier = tuple(zip(rnd.drafts[:k], rnd.predictions[:k]))
+    return SimRequest(conv.task, history, earlier=earlier)
 
 
 def prediction_targets(convs: Sequence[Conversation], simulator: UserSimulator, *,
@@ -47,14 +58,13 @@ def prediction_targets(convs: Sequence[Conversation], simulator: UserSimulator, 
                     if rnd.reply is not None:
                         real.append(PredictionTarget(ci, rnd.index, k, ctx, rnd.reply, False))
                     continue
-                history = tuple(conv.visible[:rnd.history_len]) + (("assistant", rnd.drafts[k]),)
-                queries.append(((ci, rnd.index, k, ctx), SimRequest(conv.task, history)))
+                queries.append(((ci, rnd.index, k, ctx), counterfactual_request(conv, rnd, k)))
     out = list(real)
     if queries:
         replies = simulator.reply([q for _, q in queries], seed=seed)
-        for ((ci, t, k, ctx), _), rep in zip(queries, replies):
+        for ((ci, t, k, ctx), query), rep in zip(queries, replies):
             if rep.error is None:
-                out.append(PredictionTarget(ci, t, k, ctx, rep.text, True))
+                out.append(PredictionTarget(ci, t, k, ctx, rep.text, True, query))
     return sorted(out, key=lambda x: (x.conversation, x.round, x.k))
 
 
