@@ -10,6 +10,7 @@ prefix the policy saw when it predicted, ending with the [ANTICIPATED] slot.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Sequence
 
 import numpy as np
@@ -17,6 +18,8 @@ import numpy as np
 from jaxtom.ctom.controller import Conversation
 from jaxtom.ctom.protocol import PREDICTION_END
 from jaxtom.ctom.simulators import SimRequest, UserSimulator
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,13 +86,74 @@ def group_advantages_np(rewards: Sequence[float], groups: Sequence[int],
     return adv.astype(np.float32)
 
 
+def spread_allocation(counts: Sequence[int], budget: int) -> list[int]:
+    """How many targets each conversation keeps when only `budget` rows exist: as equal as
+    the counts allow (round-robin), so no conversation loses all of its supervision while
+    another keeps everything."""
+    alloc = [0] * len(counts)
+    left = max(0, int(budget))
+    while left > 0 and any(a < c for a, c in zip(alloc, counts)):
+        for i, c in enumerate(counts):
+            if left and alloc[i] < c:
+                alloc[i] += 1
+                left -= 1
+    return alloc
+
+
+def _evenly(m: int, q: int) -> list[int]:
+    """q of range(m), evenly spaced (first and last included when q >= 2)."""
+    if q >= m:
+        return list(range(m))
+    if q <= 0:
+        return []
+    if q == 1:
+        return [m // 2]
+    return sorted({int(round(x)) for x in np.linspace(0, m - 1, q)})
+
+
+def fit_target(context: Sequence[int], reply: Sequence[int], closing: Sequence[int],
+               row_len: int) -> tuple[list[int], list[int], bool, bool] | None:
+    """(context, target tokens, context cut, reply cut) for one row of `row_len`, or None.
+
+    The reply (with its closing tag) is what is supervised, so it is kept whole whenever
+    row_len allows, and the context keeps its LAST tokens (the nearest: the draft the
+    prediction answers and the [ANTICIPATED] slot). A reply too long even then keeps its
+    beginning, without the closing tag (the real reply did not end there), and the context
+    keeps at least half the row. None when not even one context token and one reply token
+    fit.
+    """
+    context, reply, closing = list(context), list(reply), list(closing)
+    if not context or row_len < 2:
+        return None
+    full = reply + closing
+    if len(full) + 1 <= row_len:
+        keep = row_len - len(full)
+        return context[-keep:], full, len(context) > keep, False
+    keep = min(len(context), max(1, row_len // 2))
+    room = row_len - keep
+    if room < 1 or not reply:
+        return None
+    return context[-keep:], reply[:room], len(context) > keep, True
+
+
 def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
                   targets: Sequence[PredictionTarget], tok, *, num_rows: int, row_len: int,
-                  pred_rows: int, pred_row_len: int, pad_id: int = 0):
+                  pred_rows: int | None, pred_row_len: int, pad_id: int = 0,
+                  pred_rows_multiple: int = 1, return_metrics: bool = False):
     """The `jaxtom.rl.Batch` (with its prediction sub-batch) for one update.
 
     Failed conversations are left out and excluded from their group's statistics. Every
     round's sequence carries its conversation's advantage.
+
+    Prediction rows (one target per row: the loss averages each row's tokens, then rows, as
+    eq. 2 does): `pred_rows` None or 0 sizes the sub-batch from the data, one row per target
+    (rounded up to `pred_rows_multiple` with empty rows, to bound recompilation); a fixed,
+    smaller `pred_rows` keeps targets spread across conversations (`spread_allocation`) and
+    evenly across each conversation's rounds. A target longer than `pred_row_len` keeps its
+    reply and the nearest context (`fit_target`). Every drop and cut is counted: with
+    `return_metrics=True` the result is (batch, metrics) where
+      prediction_targets = trained + dropped_rows + dropped_failed + dropped_length,
+    and truncated_context / truncated_reply count trained targets that were cut.
     """
     from jaxtom.rl import pack_sequences, prediction_batch
 
@@ -105,14 +169,47 @@ def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
             gids.append(int(groups[i]))
     batch = pack_sequences(seqs, masks, advs, gids, num_rows=num_rows, row_len=row_len,
                            pad_id=pad_id, decision_masks=decisions)
+    metrics = {"prediction_targets": float(len(targets)), "prediction_targets_trained": 0.0,
+               "prediction_targets_dropped_rows": 0.0, "prediction_targets_dropped_failed": 0.0,
+               "prediction_targets_dropped_length": 0.0,
+               "prediction_targets_truncated_context": 0.0,
+               "prediction_targets_truncated_reply": 0.0}
+    live = [t for t in targets if convs[t.conversation].failed is None]
+    metrics["prediction_targets_dropped_failed"] = float(len(targets) - len(live))
     closing = tok.encode(PREDICTION_END)
-    kept_targets = [t for t in targets if convs[t.conversation].failed is None][:pred_rows]
-    contexts = [t.context for t in kept_targets]
-    replies = [tok.encode(t.target)[:max(0, pred_row_len - len(t.context) - len(closing))]
-               + closing for t in kept_targets]
-    fits = [(c, r) for c, r in zip(contexts, replies) if len(c) + len(r) <= pred_row_len]
-    if fits:
-        pred = prediction_batch([c for c, _ in fits], [r for _, r in fits],
-                                num_rows=pred_rows, row_len=pred_row_len, pad_id=pad_id)
+    rows = []
+    for t in live:
+        fitted = fit_target(t.context, tok.encode(t.target), closing, pred_row_len)
+        if fitted is None:
+            metrics["prediction_targets_dropped_length"] += 1
+            continue
+        rows.append((t, fitted))
+    if pred_rows and len(rows) > pred_rows:
+        by_conv: dict[int, list] = {}
+        for item in rows:
+            by_conv.setdefault(item[0].conversation, []).append(item)
+        convs_order = sorted(by_conv)
+        alloc = spread_allocation([len(by_conv[c]) for c in convs_order], pred_rows)
+        chosen = [by_conv[c][j] for c, q in zip(convs_order, alloc)
+                  for j in _evenly(len(by_conv[c]), q)]
+        metrics["prediction_targets_dropped_rows"] = float(len(rows) - len(chosen))
+        rows = sorted(chosen, key=lambda item: (item[0].conversation, item[0].round, item[0].k))
+    for _, (_, _, cut_ctx, cut_reply) in rows:
+        metrics["prediction_targets_truncated_context"] += cut_ctx
+        metrics["prediction_targets_truncated_reply"] += cut_reply
+    metrics["prediction_targets_trained"] = float(len(rows))
+    dropped = len(targets) - len(rows)
+    if dropped or metrics["prediction_targets_truncated_reply"]:
+        logger.warning("CToM prediction targets: %d of %d dropped (%d for rows, %d too long, "
+                       "%d of failed conversations), %d replies cut", dropped, len(targets),
+                       metrics["prediction_targets_dropped_rows"],
+                       metrics["prediction_targets_dropped_length"],
+                       metrics["prediction_targets_dropped_failed"],
+                       metrics["prediction_targets_truncated_reply"])
+    if rows:
+        step = max(1, int(pred_rows_multiple))
+        n_rows = pred_rows or -(-len(rows) // step) * step
+        pred = prediction_batch([f[0] for _, f in rows], [f[1] for _, f in rows],
+                                num_rows=n_rows, row_len=pred_row_len, pad_id=pad_id)
         batch = batch.replace(prediction=pred)
-    return batch
+    return (batch, metrics) if return_metrics else batch
