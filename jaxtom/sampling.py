@@ -5,18 +5,23 @@ and RoPE positions stay exact. The cache is donated into the jitted call and han
 `GenerationResult.state`; passing that state to the next `generate` call appends new tokens
 after what is already cached (the CToM controller's phase-by-phase use), costing only the
 new tokens' prefill.
+
+Compilation is bounded: the batch, the prompt chunk, the output buffer and the cache are
+padded to geometric buckets (`bucket`), `max_new_tokens` is a run-time value inside a
+static-size buffer, and only the settings in `LoopConfig` are static. A training run whose
+prompts vary in length therefore compiles one program per prompt-length bucket, and phases
+with different token caps share one program. The loop ends as soon as every row has stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
@@ -39,9 +44,55 @@ class GenerationResult(NamedTuple):
     finished: np.ndarray  # [batch] bool: a stop id or string ended the row
     texts: list[str] | None  # decoded new text (cut after the stop string) if a tokenizer
     state: ResumeState
+    steps: int = 0  # tokens the loop produced per row before every row had stopped
 
     def sequences(self) -> list[list[int]]:
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """The sampler loop's static settings: hashable, part of the compiled program's cache key.
+
+    Everything else (temperature, top-k/p, the token cap, stop ids) is a traced value, so
+    changing it reuses the compiled loop.
+    """
+    buffer_len: int  # columns of the output buffer; the run-time cap is at most this
+    greedy: bool  # argmax only: skips drawing Gumbel noise, which costs more than the argmax
+    use_filter: bool  # top-k / top-p filtering (a sort of the vocabulary per step)
+    pad_id: int  # written after each row's last token
+
+
+@struct.dataclass
+class LoopState:
+    """What the decode `while_loop` carries from one step to the next."""
+    step: jax.Array  # [] int32: tokens produced per row so far (the next buffer column)
+    keys: tuple[jax.Array, ...]  # per-layer key caches [B, kv_heads, slots, head_dim]
+    values: tuple[jax.Array, ...]  # per-layer value caches, same shape
+    lengths: jax.Array  # [B] int32 cache slots holding real tokens
+    token: jax.Array  # [B] int32 last token, not yet written into the cache
+    done: jax.Array  # [B] bool: the row produces nothing more
+    finished: jax.Array  # [B] bool: a stop id or string ended the row
+    stop_state: jax.Array  # [B, n_stop_strings] int32 matched-prefix length per automaton
+    tokens: jax.Array  # [B, buffer_len] int32 output buffer
+    logprobs: jax.Array  # [B, buffer_len] float32
+    n_new: jax.Array  # [B] int32 tokens produced per row (stop token included)
+
+
+class LoopInputs(NamedTuple):
+    """Per-call arrays of the compiled loop (traced: new values never recompile)."""
+    tokens: jax.Array  # [B, T] prompt chunk, padded
+    chunk_lens: jax.Array  # [B] real tokens in each row's chunk
+    starts: jax.Array  # [B] cache slots already filled (resume), else 0
+    active: jax.Array  # [B] bool: a real row (not batch padding)
+    row_ids: jax.Array  # [B] uint32: the id each row's key is folded with
+    key: jax.Array
+    max_new: jax.Array  # [] int32 run-time cap on new tokens, <= LoopConfig.buffer_len
+    temperature: jax.Array
+    top_k: jax.Array
+    top_p: jax.Array
+    stop_ids: jax.Array  # [n] int32, -1 padded
+    stop_tables: jax.Array  # [n_strings, depth, vocab] int16 (see jaxtom.stop_strings)
 
 
 def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
@@ -84,68 +135,82 @@ def choose_tokens(logits, keys, temperature, top_k, top_p, use_filter: bool, gre
     return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
-def _generate_core(graphdef, max_new, use_filter, greedy, pad_id, state, cache, tokens, chunk_lens,
-                   starts, active, row_ids, key, temperature, top_k, top_p, stop_ids, tables):
-    model = nnx.merge(graphdef, state)
-    B = tokens.shape[0]
-    n_str = tables.shape[0]
+# Python-side count of traces of the sampler loop per config; tests read it to check that
+# varied prompt lengths and token caps compile a bounded number of programs.
+TRACE_COUNT: dict[LoopConfig, int] = {}
+
+
+def _sample_loop(graphdef, config: LoopConfig, params, cache: KVCache, inp: LoopInputs):
+    """Prefill + decode loop (jitted by `_compiled`); returns the final `LoopState` pieces."""
+    TRACE_COUNT[config] = TRACE_COUNT.get(config, 0) + 1
+    model = nnx.merge(graphdef, params)
+    B = inp.tokens.shape[0]
+    n_str = inp.stop_tables.shape[0]
+    keys = row_keys(inp.key, inp.row_ids)
 
     def stopped(tok, sstate):
-        hit = jnp.isin(tok, stop_ids)
+        hit = jnp.isin(tok, inp.stop_ids)
         if n_str:
-            sstate = tables[jnp.arange(n_str)[None, :], sstate, tok[:, None]].astype(jnp.int32)
+            sstate = inp.stop_tables[jnp.arange(n_str)[None, :], sstate, tok[:, None]]
+            sstate = sstate.astype(jnp.int32)
             hit = hit | jnp.any(sstate == MATCHED, axis=-1)
             sstate = jnp.maximum(sstate, 0)
         return hit, sstate
 
-    logits, cache = model.forward_cached(tokens, cache, starts)
-    # the decode loop runs on per-layer weights and caches: see Decoder.forward_layers_cached
-    layers = model.layer_arrays()
-    cache = (tuple(cache.k), tuple(cache.v))
-    last = jnp.take_along_axis(logits, (chunk_lens - 1)[:, None, None], axis=1)[:, 0]
-    rkeys = row_keys(key, row_ids)
-    tok, lp = choose_tokens(last, step_keys(rkeys, 0), temperature, top_k, top_p, use_filter, greedy)
-    out_tok = jnp.full((B, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
-    out_lp = jnp.zeros((B, max_new), jnp.float32).at[:, 0].set(lp)
+    def choose(logits, step):
+        return choose_tokens(logits, step_keys(keys, step), inp.temperature, inp.top_k,
+                             inp.top_p, config.use_filter, config.greedy)
+
+    logits, cache = model.forward_cached(inp.tokens, cache, inp.starts)
+    last = jnp.take_along_axis(logits, (inp.chunk_lens - 1)[:, None, None], axis=1)[:, 0]
+    tok, lp = choose(last, 0)
     hit, sstate = stopped(tok, jnp.zeros((B, n_str), jnp.int32))
-    n_gen = jnp.ones((B,), jnp.int32)
-    carry = (jnp.int32(1), cache, starts + chunk_lens, tok, hit | ~active | (max_new <= 1),
-             hit, sstate, out_tok, out_lp, n_gen)
+    pad = config.pad_id
+    state = LoopState(
+        step=jnp.int32(1),
+        # the decode loop runs on per-layer weights and caches: see Decoder.forward_layers_cached
+        keys=tuple(cache.k), values=tuple(cache.v),
+        lengths=inp.starts + inp.chunk_lens, token=tok,
+        done=hit | ~inp.active | (inp.max_new <= 1), finished=hit & inp.active,
+        stop_state=sstate,
+        tokens=jnp.full((B, config.buffer_len), pad, jnp.int32).at[:, 0].set(tok),
+        logprobs=jnp.zeros((B, config.buffer_len), jnp.float32).at[:, 0].set(lp),
+        n_new=jnp.ones((B,), jnp.int32))
+    layers = model.layer_arrays()
 
-    def cond(c):
-        return (c[0] < max_new) & ~jnp.all(c[4])
+    def cond(s: LoopState):
+        return (s.step < inp.max_new) & ~jnp.all(s.done)
 
-    def body(c):
-        step, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen = c
-        logits, keys, values = model.forward_layers_cached(tok[:, None], cache[0], cache[1],
-                                                           lengths, layers)
-        cache = (tuple(keys), tuple(values))
-        lengths = lengths + (~done).astype(jnp.int32)
-        new, lp = choose_tokens(logits[:, 0], step_keys(rkeys, step), temperature, top_k, top_p, use_filter,
-                                greedy)
-        hit, new_sstate = stopped(new, sstate)
-        out_tok = out_tok.at[:, step].set(jnp.where(done, pad_id, new))
-        out_lp = out_lp.at[:, step].set(jnp.where(done, 0.0, lp))
-        n_gen = n_gen + (~done).astype(jnp.int32)
-        finished = finished | (hit & ~done)
-        sstate = jnp.where(done[:, None], sstate, new_sstate)
-        tok = jnp.where(done, tok, new)
-        done = done | hit | (n_gen >= max_new)
-        return (step + 1, cache, lengths, tok, done, finished, sstate, out_tok, out_lp, n_gen)
+    def body(s: LoopState) -> LoopState:
+        logits, ks, vs = model.forward_layers_cached(s.token[:, None], s.keys, s.values,
+                                                     s.lengths, layers)
+        live = ~s.done
+        new, lp = choose(logits[:, 0], s.step)
+        hit, new_sstate = stopped(new, s.stop_state)
+        n_new = s.n_new + live.astype(jnp.int32)
+        return LoopState(
+            step=s.step + 1, keys=tuple(ks), values=tuple(vs),
+            lengths=s.lengths + live.astype(jnp.int32),
+            token=jnp.where(live, new, s.token),
+            done=s.done | hit | (n_new >= inp.max_new),
+            finished=s.finished | (hit & live),
+            stop_state=jnp.where(live[:, None], new_sstate, s.stop_state),
+            tokens=s.tokens.at[:, s.step].set(jnp.where(live, new, pad)),
+            logprobs=s.logprobs.at[:, s.step].set(jnp.where(live, lp, 0.0)),
+            n_new=n_new)
 
-    _, cache, lengths, tok, _, finished, _, out_tok, out_lp, n_gen = jax.lax.while_loop(
-        cond, body, carry)
-    cache = KVCache(jnp.stack(cache[0]), jnp.stack(cache[1]))
-    return out_tok, out_lp, n_gen, finished, cache, lengths, tok
+    s = jax.lax.while_loop(cond, body, state)
+    cache = KVCache(jnp.stack(s.keys), jnp.stack(s.values))
+    return s.tokens, s.logprobs, s.n_new, s.finished, cache, s.lengths, s.token, s.step
 
 
 _COMPILED: dict[Any, Any] = {}
 
 
-def _compiled(graphdef, statics, mesh, state):
-    key = (graphdef, statics, mesh)
+def _compiled(graphdef, config: LoopConfig, mesh, params):
+    key = (graphdef, config, mesh)
     if key not in _COMPILED:
-        fn = lambda *args: _generate_core(graphdef, *statics, *args)  # noqa: E731
+        fn = lambda params, cache, inp: _sample_loop(graphdef, config, params, cache, inp)  # noqa: E731
         if mesh is None:
             _COMPILED[key] = jax.jit(fn, donate_argnums=(1,))
         else:
@@ -153,12 +218,14 @@ def _compiled(graphdef, statics, mesh, state):
             row = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
             mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
             cache = cache_sharding(mesh)
-            params = jax.tree.map(lambda x: x.sharding, state)
+            inputs = LoopInputs(tokens=mat, chunk_lens=row, starts=row, active=row, row_ids=row,
+                                key=rep, max_new=rep, temperature=rep, top_k=rep, top_p=rep,
+                                stop_ids=rep, stop_tables=rep)
             _COMPILED[key] = jax.jit(
                 fn, donate_argnums=(1,),
-                in_shardings=(params, KVCache(cache, cache), mat, row, row, row, row, rep, rep,
-                              rep, rep, rep, rep),
-                out_shardings=(mat, mat, row, row, KVCache(cache, cache), row, row))
+                in_shardings=(jax.tree.map(lambda x: x.sharding, params),
+                              KVCache(cache, cache), inputs),
+                out_shardings=(mat, mat, row, row, KVCache(cache, cache), row, row, rep))
     return _COMPILED[key]
 
 
@@ -172,8 +239,17 @@ def model_mesh(model: Decoder) -> Mesh | None:
     return sharding.mesh if isinstance(sharding, NamedSharding) else None
 
 
-def _bucket(n: int, quantum: int) -> int:
-    return max(quantum, int(math.ceil(n / quantum)) * quantum)
+def bucket(n: int, minimum: int, multiple: int = 1) -> int:
+    """The smallest size >= n in minimum, then steps of a quarter of the current power of two
+    (8, 10, 12, 14, 16, 20, 24, ... for minimum 8), rounded up to `multiple`.
+
+    Padding wastes at most ~25%, and sizes up to N fall into O(log N) buckets, so the
+    number of compiled programs grows with the log of the range of lengths seen.
+    """
+    size = max(int(minimum), 1)
+    while size < n:
+        size += max(1, (1 << (size.bit_length() - 1)) // 4)
+    return -(-size // multiple) * multiple
 
 
 def _split_stops(stop, tokenizer, eos_ids):
@@ -189,7 +265,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
              stop: Sequence[int | str] = (), key: jax.Array | None = None, tokenizer=None,
              resume: ResumeState | None = None, stop_at_eos: bool = True,
              max_cache_len: int | None = None, pad_id: int = 0,
-             row_ids: Sequence[int] | np.ndarray | None = None) -> GenerationResult:
+             row_ids: Sequence[int] | np.ndarray | None = None,
+             buffer_len: int | None = None) -> GenerationResult:
     """Generates up to `max_new_tokens` per prompt; temperature <= 0 means greedy.
 
     `prompts` are token-id lists (or strings with `tokenizer=`); with `resume=` they are the
@@ -199,10 +276,19 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     0..B-1), so its tokens depend only on its prompt, the key and its id: a process that
     samples `prompts[a:b]` with `row_ids=range(a, b)` gets the rows a single process
     sampling all prompts would. Resuming restarts the step count: pass a fresh key.
+
+    `max_new_tokens` is a run-time value; the compiled loop's output buffer has
+    `buffer_len` columns (default: `max_new_tokens` rounded up by `bucket`). Pass the
+    largest cap of a run as `buffer_len` to have every phase share one program.
     """
     cfg = model.config
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if buffer_len is None:
+        buffer_len = bucket(max_new_tokens, 16)
+    elif buffer_len < max_new_tokens:
+        raise ValueError(f"buffer_len={buffer_len} is smaller than max_new_tokens="
+                         f"{max_new_tokens}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
@@ -225,7 +311,6 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     if any(t < 0 or t >= cfg.vocab_size for r in rows for t in r):
         raise ValueError(f"prompt token ids must lie in [0, {cfg.vocab_size})")
     stop_ids, stop_strs = _split_stops(stop, tokenizer, cfg.eos_token_ids if stop_at_eos else ())
-
     n_real = len(rows)
     if row_ids is None:
         ids = np.arange(n_real, dtype=np.int64)
@@ -235,57 +320,70 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
             raise ValueError(f"row_ids has {ids.size} entries for {n_real} prompts")
         if ids.size and (ids.min() < 0 or ids.max() >= 2 ** 32):
             raise ValueError("row_ids must lie in [0, 2**32)")
+
     mesh = model_mesh(model)
     multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-    B = _bucket(n_real, multiple)
-    rows = rows + [[pad_id]] * (B - n_real)
-    starts = np.zeros(B, np.int32)
-    if resume is not None:
-        starts[:n_real] = resume.lengths
-    T = _bucket(max(map(len, rows)), 8)
-    need = int(starts.max()) + T + max_new_tokens
+    starts = np.zeros(n_real, np.int32) if resume is None else np.asarray(resume.lengths,
+                                                                          np.int32)
     limit = min(max_cache_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
     longest = int(max(s + len(r) for s, r in zip(starts, rows))) + max_new_tokens
     if longest > limit:
         raise ValueError(f"prompt of {longest - max_new_tokens} tokens plus max_new_tokens="
                          f"{max_new_tokens} exceeds the cache length {limit}")
-    S = _bucket(need, 64)
-    if resume is not None and resume.cache.k.shape[CACHE_SEQ_AXIS] >= need:
+    # rows are independent (own keys, own cache lengths), so padding the batch is exact
+    B = bucket(n_real, 1, multiple)
+    if resume is not None:
+        B = max(B, resume.cache.k.shape[1])
+    rows = rows + [[pad_id]] * (B - n_real)
+    starts = np.concatenate([starts, np.zeros(B - n_real, np.int32)])
+    T = bucket(max(map(len, rows)), 8)
+    # slots: prefill writes T at starts, decode at most buffer_len more; never more than the
+    # (bucketed) position limit, which every request fits by the check above
+    floor = int(starts.max()) + T
+    S = max(floor, min(bucket(floor + buffer_len, 64), bucket(limit, 64)))
+    if resume is not None and resume.cache.k.shape[CACHE_SEQ_AXIS] >= floor + max_new_tokens:
         cache = resume.cache
+    elif resume is None:
+        cache = KVCache.zeros(cfg, B, S)
     else:
-        cache = KVCache.zeros(cfg, B, S) if resume is None else _grow(resume.cache, B, S)
+        cache = _grow(resume.cache, B, S)
     tokens = np.full((B, T), pad_id, np.int32)
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r
     lens = np.asarray([len(r) for r in rows], np.int32)
-    active = np.arange(B) < n_real
-    ids = np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32)
     tables = stop_tables(stop_strs, tokenizer.token_texts()) if stop_strs else np.zeros(
         (0, 1, cfg.vocab_size), np.int16)
+    stop_arr = np.full(bucket(max(len(stop_ids), 1), 4), -1, np.int32)
+    stop_arr[:len(stop_ids)] = stop_ids
 
-    graphdef, state = nnx.split(model)
+    graphdef, params = nnx.split(model)
     greedy = temperature <= 0
-    use_filter = not greedy and (top_k > 0 or top_p < 1.0)
-    fn = _compiled(graphdef, (max_new_tokens, use_filter, greedy, pad_id), mesh, state)
+    config = LoopConfig(buffer_len=int(buffer_len), greedy=greedy,
+                        use_filter=not greedy and (top_k > 0 or top_p < 1.0), pad_id=int(pad_id))
+    fn = _compiled(graphdef, config, mesh, params)
     if mesh is not None:
         cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
-    out = fn(state, cache, tokens, lens, starts, active, ids, key, jnp.float32(temperature),
-             jnp.int32(top_k), jnp.float32(top_p), jnp.asarray(stop_ids or [-1], jnp.int32),
-             jnp.asarray(tables))
-    out_tok, out_lp, n_gen, finished, cache, lengths, pending = out
-    out_tok, out_lp, n_gen, finished, lengths, pending = jax.device_get(
-        (out_tok, out_lp, n_gen, finished, lengths, pending))
+    inputs = LoopInputs(
+        tokens=tokens, chunk_lens=lens, starts=starts, active=np.arange(B) < n_real,
+        row_ids=np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32),
+        key=key, max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
+        top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
+        stop_tables=tables)
+    out_tok, out_lp, n_gen, finished, cache, lengths, pending, steps = fn(params, cache, inputs)
+    out_tok, out_lp, n_gen, finished, lengths, pending, steps = jax.device_get(
+        (out_tok, out_lp, n_gen, finished, lengths, pending, steps))
+    out_tok = np.asarray(out_tok[:n_real, :max_new_tokens])
+    n_gen = np.asarray(n_gen[:n_real])
     texts = None
     if tokenizer is not None:
         texts = []
-        for row, n in zip(out_tok[:n_real], n_gen[:n_real]):
+        for row, n in zip(out_tok, n_gen):
             text = tokenizer.decode(row[:n].tolist())
             end = find_stop(text, stop_strs)
             texts.append(text if end is None else text[:end])
     new_state = ResumeState(cache, np.asarray(lengths[:n_real]), np.asarray(pending[:n_real]))
-    return GenerationResult(np.asarray(out_tok[:n_real]), np.asarray(out_lp[:n_real]),
-                            np.asarray(n_gen[:n_real]), np.asarray(finished[:n_real]), texts,
-                            new_state)
+    return GenerationResult(out_tok, np.asarray(out_lp[:n_real, :max_new_tokens]), n_gen,
+                            np.asarray(finished[:n_real]), texts, new_state, int(steps))
 
 
 def _grow(cache: KVCache, batch: int, length: int) -> KVCache:

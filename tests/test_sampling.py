@@ -166,3 +166,53 @@ def test_rows_sample_from_their_own_keys(qwen):
                           sampling.generate(model, prompts, **greedy).tokens[4:])
     with pytest.raises(ValueError, match="row_ids has 3 entries for 4 prompts"):
         sampling.generate(model, prompts[4:], row_ids=[1, 2, 3], **kw)
+
+
+def test_bucket_sizes():
+    assert [sampling.bucket(n, 8) for n in (1, 8, 9, 11, 16, 17, 33, 100)] == [
+        8, 8, 10, 12, 16, 20, 40, 112]
+    assert sampling.bucket(3, 1, multiple=4) == 4 and sampling.bucket(9, 1) == 10
+    sizes = {sampling.bucket(n, 8) for n in range(1, 4097)}
+    assert len(sizes) == 4 * 9 + 1  # four per octave from 8 to 4096
+
+
+def test_token_cap_is_a_run_time_value(qwen):
+    model, _ = qwen
+    kw = dict(temperature=1.0, key=jax.random.key(5))
+    long = sampling.generate(model, PROMPTS, max_new_tokens=16, **kw)
+    for cap, buffer_len in [(5, None), (5, 64), (16, 64)]:
+        short = sampling.generate(model, PROMPTS, max_new_tokens=cap, buffer_len=buffer_len,
+                                  **kw)
+        assert short.tokens.shape == (3, cap) and list(short.lengths) == [cap] * 3
+        assert np.array_equal(short.tokens, long.tokens[:, :cap])
+        np.testing.assert_allclose(short.logprobs, long.logprobs[:, :cap], rtol=0, atol=2e-5)
+    with pytest.raises(ValueError, match="buffer_len=4 is smaller than max_new_tokens=5"):
+        sampling.generate(model, PROMPTS, max_new_tokens=5, buffer_len=4, **kw)
+
+
+def test_loop_exits_when_every_row_has_stopped(qwen):
+    model, _ = qwen
+    greedy = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0)
+    assert greedy.steps == 20
+    firsts = sorted({int(t) for t in greedy.tokens[:, 0]})
+    out = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0, stop=firsts)
+    assert list(out.lengths) == [1, 1, 1] and out.finished.all() and out.steps == 1
+    second = sorted({int(t) for t in greedy.tokens[:, 1]} | {int(greedy.tokens[0, 0])})
+    out = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0, stop=second)
+    assert out.steps == int(out.lengths.max()) <= 2
+
+
+def test_compiles_one_program_per_prompt_length_bucket(qwen):
+    """Varied prompt lengths and token caps of one run compile one program per T bucket."""
+    model, _ = qwen
+    rng = np.random.default_rng(2)
+    calls = [(1, 2), (3, 16), (8, 5), (9, 11), (10, 2), (17, 7), (20, 16), (19, 1)]
+    sampling._COMPILED.clear()  # fresh jit wrappers: earlier tests' programs do not count
+    before = sum(sampling.TRACE_COUNT.values())
+    for length, cap in calls:
+        prompts = [rng.integers(1, 256, length).tolist(), [7]]
+        out = sampling.generate(model, prompts, max_new_tokens=cap, temperature=0.7,
+                                key=jax.random.key(length), stop_at_eos=False)
+        assert list(out.lengths) == [cap, cap]
+    traced = sum(sampling.TRACE_COUNT.values()) - before
+    assert traced == len({sampling.bucket(n, 8) for n, _ in calls}) == 3
