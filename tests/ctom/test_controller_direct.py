@@ -12,7 +12,6 @@ from jaxtom.ctom.data import builtin_tasks
 from jaxtom.ctom.prompts import BASELINE_PROMPTS
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.simulators import ScriptedSimulator, SimReply
-from jaxtom.ctom.train import CToMSettings, apply_settings_overrides
 
 from .scripted import TOK, masked_text, run_scripted
 
@@ -97,7 +96,7 @@ def test_writing_budget_cap_and_simulator_failure():
     assert conv.end == "failed" and "HTTP 500" in conv.failed and len(conv.rounds) == 1
 
 
-def test_defaults_and_settings_overrides():
+def test_direct_mode_defaults():
     from jaxtom.ctom.effort import DOMAINS
     for name, d in DOMAINS.items():  # table 4's baseline limits = a CToM round's budget
         assert ControllerConfig.for_domain(name, mode="direct").response_cap == \
@@ -108,16 +107,8 @@ def test_defaults_and_settings_overrides():
     assert ControllerConfig.for_domain("math", response_cap=7).response_cap == 7
     with pytest.raises(ValueError, match="mode"):
         ControllerConfig.for_domain("math", mode="baseline")
-    s = apply_settings_overrides(CToMSettings(domain="writing"), [
-        "ctom.controller.mode=direct", "ctom.controller.w_effort=0", "ctom.simulator=llm",
-        "ctom.simulator_temperature=0.5"])
-    assert s.controller == {"mode": "direct", "w_effort": 0.0} and s.simulator == "llm"
-    assert s.simulator_temperature == 0.5
-    for bad in ("ctom.controller.nope=1", "ctom.nope=1", "ctom.pred_rows=many"):
-        with pytest.raises(ConfigError):
-            apply_settings_overrides(CToMSettings(), [bad])
-    with pytest.raises(ValueError, match="mode"):
-        apply_settings_overrides(CToMSettings(), ["ctom.controller.mode=other"])
+    # the ctom.* override parsing moved with the unified trainer's config (jaxtom.config);
+    # its tests live with the config tests
 
 
 def test_direct_rollout_becomes_a_batch_without_prediction_targets():
