@@ -1,0 +1,46 @@
+"""A tiny random stand-in for a config's real checkpoint: a 2-layer Qwen3 saved as an HF
+directory (config.json + safetensors) with a byte-level BPE `tokenizer.json` carrying the
+ChatML specials, trained on the project's own prompts so a paper-length prompt stays a few
+hundred tokens. Lets every config run its real code path without downloading weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tokenizers, trainers
+
+
+def _corpus() -> list[str]:
+    import jax
+    from jaxtom.ctom.data import builtin_tasks
+    from jaxtom.ctom.prompts import SIMULATOR_PROMPTS
+    from jaxtom.gridworld import EnvParams, generate_episodes
+    from jaxtom.mindzero.observation import HostEpisodes, get_observation
+    texts = list(SIMULATOR_PROMPTS.values())
+    for domain in ("math", "coding", "writing"):
+        texts += [t.prompt + " " + t.hidden for t in builtin_tasks(domain)]
+    view = HostEpisodes.from_episodes(generate_episodes(jax.random.key(0), EnvParams(), 4))
+    render = get_observation("figure")
+    texts += [render(view, e, t, 2) for e in range(4) for t in (1, 5, 10)]
+    return texts
+
+
+def write_standin(path: str | Path, vocab_size: int = 1024) -> Path:
+    from jaxtom.models import init_decoder, save_pretrained
+    from jaxtom.models.config import ModelConfig
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    bpe = HFTokenizer(tm.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(_corpus(), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bpe.save(str(path / "tokenizer.json"))
+    eos = (bpe.token_to_id("<|im_end|>"), bpe.token_to_id("<|endoftext|>"))
+    cfg = ModelConfig(family="qwen3", vocab_size=bpe.get_vocab_size(), hidden_size=32,
+                      intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                      head_dim=8, qk_norm=True, max_position_embeddings=32768,
+                      eos_token_ids=eos)
+    save_pretrained(init_decoder(cfg, seed=0), path)
+    return path

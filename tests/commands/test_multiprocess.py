@@ -1,0 +1,112 @@
+"""Multi-process training through `jaxtom train`, started exactly as the launchers start it
+(JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID; CPU collectives over gloo on
+127.0.0.1): 2 processes x 2 devices reach the per-step metrics and parameters of 1 process x
+4 devices; SIGKILL of every process after a checkpoint, then the same command again, ends
+where an uninterrupted run ends. Also MindZero: kill -9 during SSRL, rerun, same parameters.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOY = ["configs/toy_cpu.py", "trainer.total_steps=3", "step.total_steps=3",
+       "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5", "mesh.data=-1",
+       "step.kl_coef=0.01"]
+MINDZERO = ["configs/mindzero_gridworld_tiny.py", "mindzero.data.train_episodes=8",
+            "mindzero.data.eval_episodes=2", "mindzero.warmup.steps=2",
+            "mindzero.warmup.batch_size=4", "trainer.total_steps=3", "step.total_steps=3",
+            "trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.max_new_tokens=16",
+            "trainer.eval_every=0", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5",
+            "model.vocab_size=320", "mesh.data=-1"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args, workdir, nproc: int, devices: int = 4):
+    """Starts `jaxtom train` as `nproc` processes of `devices // nproc` CPU devices each."""
+    port = _port()
+    procs = []
+    for i in range(nproc):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices // nproc}",
+               "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}
+        if nproc > 1:
+            env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                       JAX_NUM_PROCESSES=str(nproc), JAX_PROCESS_ID=str(i))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "jaxtom.cli", "train", *args, f"trainer.workdir={workdir}",
+             "--quiet"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    return procs
+
+
+def finish(procs, timeout=900):
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err[-4000:]
+
+
+def checkpoint(workdir: Path, step: int):
+    with ocp.CheckpointManager(Path(workdir).absolute() / "checkpoints") as mgr:
+        out = mgr.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore()))
+    return {k: np.asarray(v) for k, v in out["state"].items()}, out["data"]
+
+
+def metrics(workdir: Path):
+    return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_run(a: Path, b: Path, step: int, atol: float):
+    ma, mb = metrics(a), metrics(b)
+    assert [m["step"] for m in ma] == [m["step"] for m in mb] == list(range(1, step + 1))
+    for x, y in zip(ma, mb):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert abs(x[k] - y[k]) <= atol * max(1.0, abs(x[k])), (k, x[k], y[k])
+    (pa, da), (pb, db) = checkpoint(a, step), checkpoint(b, step)
+    assert pa.keys() == pb.keys() and da == db
+    for k in pa:
+        np.testing.assert_allclose(pa[k], pb[k], atol=atol, rtol=atol, err_msg=k)
+
+
+@pytest.mark.slow  # five JAX processes compiling: a few minutes on 2 cores
+@pytest.mark.parametrize("args, phase", [(TOY, ""), (MINDZERO, "ssrl")], ids=["toy", "mindzero"])
+def test_two_processes_equal_one_and_resume_after_sigkill(args, phase, tmp_path):
+    single, multi, killed = tmp_path / "single", tmp_path / "multi", tmp_path / "killed"
+    finish(launch(args, single, nproc=1))
+    finish(launch(args, multi, nproc=2))
+    # float32 reductions split over processes add in another order: 1e-5 of the scale
+    assert_same_run(single / phase, multi / phase, 3, atol=1e-5)
+
+    procs = launch(args, killed, nproc=2)
+    first = killed / phase / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
+    deadline = time.time() + 600
+    while not first.exists():
+        assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+    assert not (killed / phase / "checkpoints" / "3").exists()  # really killed mid-run
+    finish(launch(args, killed, nproc=2))
+    (pa, da), (pb, db) = checkpoint(multi / phase, 3), checkpoint(killed / phase, 3)
+    assert da == db
+    for k in pa:
+        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
