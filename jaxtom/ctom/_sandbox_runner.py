@@ -13,8 +13,8 @@ arrays) or an exception class name, which is exactly what the submitted code cou
 produced by returning or raising honestly. A forged record is therefore no stronger than an
 honest return; the comparison with the expected value happens in the parent, out of reach.
 
-The worker also reports tampering it can see (the test framework imported, builtins or
-already-loaded modules replaced); the parent scores such a call as failed. That check runs
+The worker also reports tampering it can see (unittest's module or main classes patched,
+builtins or already-loaded modules replaced); the parent scores such a call as failed. That check runs
 in the submitted code's own process, so it only detects; the design above is what rules the
 tampering out.
 
@@ -191,17 +191,49 @@ def _make_hook(workdir: str, namespaced: bool):
     return hook
 
 
-def _tampering(builtins_before: dict, modules_before: dict) -> list[str]:
+_WATCHED = ("TestCase", "TestLoader", "TestResult", "TestSuite", "TextTestRunner",
+            "TextTestResult")
+
+
+def _unittest_snapshot() -> dict:
+    """The unittest module's namespace and its main classes' attributes, by identity.
+
+    The worker imports unittest itself before the submission runs (scipy.stats and
+    matplotlib.pyplot import it too, so importing it cannot count as tampering); patching
+    it afterwards is what the check looks for."""
+    import unittest
+    snap = {"unittest": dict(vars(unittest))}
+    for name in _WATCHED:
+        cls = getattr(unittest, name, None)
+        if isinstance(cls, type):
+            snap[name] = dict(vars(cls))
+    return snap
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+    """Names whose value was replaced or deleted (additions, like `unittest.mock` appearing
+    on the package after an import, are not tampering)."""
+    return sorted(k for k in before if after.get(k, _changed) is not before[k])
+
+
+def _tampering(builtins_before: dict, modules_before: dict, unittest_before: dict) -> list[str]:
     """What the submitted code visibly changed in the machinery around it (detect only)."""
     found = []
-    if "unittest" in sys.modules or any(m.startswith("unittest.") for m in sys.modules):
-        found.append("imported the unittest framework")
-    changed = [k for k, v in builtins_before.items() if vars(builtins).get(k) is not v]
+    changed = _changed(builtins_before, dict(vars(builtins)))
     if changed:
-        found.append(f"replaced builtins {sorted(changed)[:5]}")
+        found.append(f"replaced builtins {changed[:5]}")
     swapped = [k for k, v in modules_before.items() if sys.modules.get(k) is not v]
     if swapped:
         found.append(f"replaced loaded modules {sorted(swapped)[:5]}")
+    try:
+        now = _unittest_snapshot()
+    except Exception as e:  # noqa: BLE001 - a broken unittest is itself a sign of tampering
+        found.append(f"broke the unittest module ({type(e).__name__})")
+    else:
+        for name, attrs in unittest_before.items():
+            diff = _changed(attrs, now.get(name, {}))
+            if diff:
+                found.append(f"patched unittest {name}: {diff[:5]}")
     return found
 
 
@@ -218,6 +250,7 @@ def main():
     args, kwargs = decode(call["args"]), decode(call["kwargs"])
     out = sys.stdout
     sys.stdout = io.StringIO()  # the submission's prints stay out of the record stream
+    unittest_before = _unittest_snapshot()
     builtins_before = dict(vars(builtins))
     modules_before = dict(sys.modules)
     sys.addaudithook(_make_hook(workdir, os.environ.get("JAXTOM_SANDBOX_MODE") == "namespaces"))
@@ -236,7 +269,7 @@ def main():
             names = [c.__name__ for c in type(e).__mro__]
             record = {"status": "raised", "mro": names, "message": str(e)[:300]}
         # SystemExit / KeyboardInterrupt / GeneratorExit propagate: no record, the call died
-    record["tampering"] = _tampering(builtins_before, modules_before)
+    record["tampering"] = _tampering(builtins_before, modules_before, unittest_before)
     out.write("\n" + RESULT_MARK + json.dumps(record) + "\n")
     out.flush()
     os._exit(0)

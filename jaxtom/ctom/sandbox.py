@@ -10,7 +10,7 @@ Design (CToM appendix A.2: the score is the fraction of unit tests passed):
     assertion (`assertEqual`, `assertRaises`, ...) is then evaluated by the grader's own,
     unpatched unittest on that plain data;
   * a worker that exits without a record (`os._exit`, `sys.exit`, a signal, a timeout, the
-    memory limit), fails to load, or visibly tampers (imports unittest, replaces builtins or
+    memory limit), fails to load, or visibly tampers (patches unittest, replaces builtins or
     loaded modules) fails that call with `SubmissionDied`, a BaseException that unittest
     records as an error and `assertRaises(Exception)` does not swallow.
 
@@ -23,6 +23,7 @@ on the worker alone), reading the tests file (it is not in the worker's work dir
 expected values never leave the grader).
 What it only detects: visible tampering in the worker (reported by the worker itself, so a
 submission can hide it; hiding it leaves the tampering inert, which is what matters).
+The tests themselves are trusted (they come from the task data) and run in this process.
 What it cannot stop: code that finds the expected answers elsewhere on a readable file
 system (the task data set itself is readable; namespaces make the host read-only, not
 invisible), code that keeps state between calls on disk is cut off only because each call
@@ -150,6 +151,15 @@ def _raise_decoded(mro: list[str], message: str):
     raise exc
 
 
+def _has_opaque(tree) -> bool:
+    """Whether an encoded value holds an object the codec could not carry."""
+    if not isinstance(tree, list):
+        return False
+    if tree and tree[0] == "opaque":
+        return True
+    return any(_has_opaque(x) for x in tree)
+
+
 class _Grader:
     """Runs one submission's calls, each in a fresh worker; remembers the first failure."""
 
@@ -170,12 +180,13 @@ class _Grader:
         if self.load_error:
             raise SubmissionDied(self.load_error)
         try:
-            payload = json.dumps({"entry_point": self.entry_point, "args": codec.encode(list(args)),
-                                  "kwargs": codec.encode(dict(kwargs))})
+            call = {"entry_point": self.entry_point, "args": codec.encode(list(args)),
+                    "kwargs": codec.encode(dict(kwargs))}
+            payload = json.dumps(call)
         except (TypeError, ValueError) as e:
             raise TypeError(f"sandbox: the test passes arguments that cannot cross to the "
                             f"worker: {e}") from None
-        if '"opaque"' in payload:
+        if _has_opaque(call["args"]) or _has_opaque(call["kwargs"]):
             raise TypeError("sandbox: the test passes an argument the value codec cannot carry")
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:

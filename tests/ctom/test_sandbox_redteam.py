@@ -172,8 +172,30 @@ def test_correct_code_still_scores_full():
 
 
 def test_a_visible_but_harmless_tamper_is_reported():
-    result = run_tests("import unittest\n" + WRONG, TESTS, LIMITS, entry_point="add")
+    code = "import unittest\nunittest.TestCase.maxDiff = 1\n" + WRONG
+    result = run_tests(code, TESTS, LIMITS, entry_point="add")
     assert result.score == 0.0 and "tampering detected" in result.error
+    assert "TestCase" in result.error
+
+
+def test_importing_unittest_alone_is_not_tampering():
+    # scipy.stats and matplotlib.pyplot import unittest: honest code must not lose for it
+    code = "import unittest, unittest.mock\ndef add(a, b):\n    return a + b\n"
+    assert score(code) == 1.0
+
+
+def test_arguments_that_cannot_cross_are_an_error_and_strings_are_not_confused():
+    tests = """
+import unittest
+class T(unittest.TestCase):
+    def test_plain(self):
+        self.assertEqual(f("opaque", ["opaque"]), "opaque1")
+    def test_object(self):
+        self.assertEqual(f(object(), []), None)
+"""
+    code = "def f(s, xs):\n    return s + str(len(xs))\n"
+    r = run_tests(code, tests, LIMITS, entry_point="f")
+    assert (r.passed, r.total) == (1, 2)
 
 
 def test_exceptions_cross_as_their_builtin_class():
