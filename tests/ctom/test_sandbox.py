@@ -141,3 +141,13 @@ def task_func():
         server.accept()
     server.close()
     assert r.score == 0.0
+
+
+def test_every_builtin_coding_reference_passes_and_a_stub_does_not():
+    # the grader's value codec must carry every argument and return value of the task set
+    from jaxtom.ctom.data import builtin_tasks
+    stub = "def task_func(*args, **kwargs):\n    return None\n"
+    for task in builtin_tasks("coding"):
+        r = run_tests(task.reference, task.tests)
+        assert r.score == 1.0 and r.total >= 2, (task.id, r)
+        assert run_tests(stub, task.tests).score < 1.0, task.id
