@@ -1,0 +1,509 @@
+"""`jaxtom plan CONFIG [section.field=value ...]`: memory and FLOPs of a config before renting.
+
+The plan compiles the config's real GRPO update step (`jaxtom.rl.step.Learner`, with its own
+state and batch shardings) and the rollout sampler's prefill + decode (`jaxtom.sampling`)
+ahead of time on simulated CPU devices arranged like the config's mesh. Parameters are
+shape-only (`nnx.eval_shape` from the model's `config.json`): no weights are read and no array
+is allocated, so a 8B model's step plans on a laptop. XLA's buffer assignment then says what
+one device holds; the parameter, optimiser and gradient figures are computed from the same
+shardings, so the two can be checked against each other.
+
+What it is not: XLA on CPU fuses and schedules differently from XLA on GPU/TPU, and bf16 dots
+may get f32 temporaries on CPU, so the temporaries are an estimate (typically on the high
+side), not a measurement. FLOPs are counted analytically from the model's shapes because
+XLA's cost analysis counts a scanned loop's body once (36 layers count as 1); XLA's own
+count is reported beside them under a name that says so.
+
+The last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+GB = 1e9
+GIB = 1024 ** 3
+# Nominal per-chip memory as the vendors quote it, in units of 1e9 bytes. The real usable
+# capacity is slightly larger for all four (e.g. an H100 reports ~79.6 GiB = 85.5e9 bytes),
+# so these are conservative.
+ACCELERATORS: dict[str, float] = {"H100-80GB": 80 * GB, "H200-141GB": 141 * GB,
+                                  "v5p-95GB": 95 * GB, "v6e-32GB": 32 * GB}
+DEFAULT_HEADROOM = 0.9  # plan to fill at most this fraction of a chip (runtime, fragmentation)
+
+
+class PlanError(ValueError):
+    """A plan cannot be made for this config (what is wrong is in the message)."""
+
+
+# ---- sizes --------------------------------------------------------------------------------
+def mesh_sizes(mesh_section, devices: int | None) -> tuple[int, int, int]:
+    """(data, fsdp, tensor) with a -1 axis resolved from `devices`."""
+    sizes = [mesh_section.data, mesh_section.fsdp, mesh_section.tensor]
+    if -1 in sizes:
+        if devices is None:
+            raise PlanError(f"mesh (data, fsdp, tensor)={tuple(sizes)} has a -1 axis; say how "
+                            "many devices to plan for with --devices N")
+        known = math.prod(s for s in sizes if s != -1)
+        if devices % known:
+            raise PlanError(f"--devices {devices} is not a multiple of {known}, the product "
+                            f"of the mesh's fixed axes {tuple(sizes)}")
+        sizes[sizes.index(-1)] = devices // known
+    elif devices is not None and devices != math.prod(sizes):
+        raise PlanError(f"--devices {devices} disagrees with the config's mesh "
+                        f"{tuple(sizes)} ({math.prod(sizes)} devices); drop --devices or "
+                        "override mesh.*")
+    return tuple(sizes)
+
+
+def rollout_rows(config) -> int:
+    """Rows of one rollout's update batch before padding: `trainer.num_rows`, or one
+    sequence per row (prompts_per_step x group_size) when it is 0."""
+    t = config.trainer
+    return t.num_rows or t.prompts_per_step * t.group_size
+
+
+def padded_rows(rows: int, learner) -> int:
+    """`rows` padded as the update pads them (to `Learner.row_multiple`: data x fsdp x
+    micro_batches x ppo_mini_batches); padding rows compute like real ones."""
+    mesh, cfg = learner.mesh, learner.cfg
+    multiple = getattr(learner, "row_multiple", None) or (
+        mesh.shape["data"] * mesh.shape["fsdp"] * cfg.micro_batches
+        * getattr(cfg, "ppo_mini_batches", 1))
+    return -(-rows // multiple) * multiple
+
+
+def model_dtypes(model_section) -> tuple[str, str]:
+    """(param dtype, compute dtype): the split fields when the config has them, else `dtype`."""
+    param = getattr(model_section, "param_dtype", None) or model_section.dtype
+    compute = getattr(model_section, "compute_dtype", None) or model_section.dtype
+    return param, compute
+
+
+def model_config(model_section):
+    """The decoder's ModelConfig from `<model.path>/config.json` (or the config's own sizes)."""
+    from pathlib import Path
+
+    from jaxtom import config as jaxtom_config
+    from jaxtom.config import ConfigError
+    from jaxtom.models.config import ModelConfig, load_hf_config
+
+    param, compute = model_dtypes(model_section)
+    m = model_section
+    resolve = getattr(jaxtom_config, "resolve_model_path", lambda p: p)  # "smollm2" -> file
+    path = resolve(m.path) if m.path else ""
+    if not path:
+        return ModelConfig(
+            family=m.family, vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+            intermediate_size=m.intermediate_size, num_layers=m.num_layers,
+            num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+            qk_norm=m.family == "qwen3", param_dtype=param, compute_dtype=compute)
+    path = Path(path)
+    if path.suffix == ".gguf":
+        import gguf
+
+        from jaxtom.models.gguf_io import gguf_config
+        return gguf_config(gguf.GGUFReader(str(path)), dtype=param, compute_dtype=compute)
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ConfigError("model.path", "a Hugging Face directory holding config.json (only "
+                          "config.json is read)", m.path)
+    try:
+        return load_hf_config(file, dtype=param, compute_dtype=compute)
+    except ValueError as err:  # json errors are ValueErrors too
+        raise ConfigError("model.path", f"a supported config.json ({err})", str(file)) from None
+
+
+# ---- per-device bytes from shardings ----------------------------------------------------
+def device_bytes(tree) -> int:
+    """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard)."""
+    import jax
+    import numpy as np
+
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def _with_shardings(shapes, shardings):
+    import jax
+    return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
+                        shapes, shardings)
+
+
+def _xla_memory(compiled) -> dict[str, int]:
+    m = compiled.memory_analysis()
+    out = {"arguments": int(m.argument_size_in_bytes), "outputs": int(m.output_size_in_bytes),
+           "aliased": int(m.alias_size_in_bytes), "temporaries": int(m.temp_size_in_bytes)}
+    out["peak"] = out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
+    return out
+
+
+def _xla_flops(compiled) -> float | None:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+    return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+# ---- analytic FLOPs ---------------------------------------------------------------------
+def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0) -> float:
+    """Matmul FLOPs of one full forward over [rows, seq]: weights, LM head and attention.
+
+    Attention counts the whole seq x seq score matrix, as the decoder computes it (the causal
+    mask is applied to, not skipped in, the matmul).
+    """
+    d, f, hd, L = mcfg.hidden_size, mcfg.intermediate_size, mcfg.head_dim, mcfg.num_layers
+    q, kv = mcfg.num_heads * hd, mcfg.num_kv_heads * hd
+    weights = L * (2 * d * q + 2 * d * kv + 3 * d * f) + d * mcfg.vocab_size
+    if lora_rank:  # default targets: q, k, v, o
+        weights += L * lora_rank * ((d + q) * 2 + (d + kv) * 2)
+    attention = L * 2 * seq * q  # multiply-adds per token: QK^T and PV, seq x q each
+    return 2.0 * rows * seq * (weights + attention)
+
+
+def update_flops(config, mcfg, rows: int, seq: int) -> float:
+    """FLOPs of one rollout batch's update program over `rows` rows of `seq` tokens.
+
+    Every epoch runs the policy forward + backward over all rows (split into mini-batches);
+    full fine-tuning's backward costs two forwards (activation and weight gradients), under
+    LoRA the frozen weights need only activation gradients, so about one. The reference
+    forward runs once; with several updates per batch the rollout policy's log-probs are
+    scored once more before the first update.
+    """
+    step = config.step
+    lora = config.model.lora_rank
+    fwd = forward_flops(mcfg, rows, seq, lora)
+    epochs = getattr(step, "ppo_epochs", 1)
+    updates = epochs * getattr(step, "ppo_mini_batches", 1)
+    policy = epochs * (fwd + (fwd if lora else 2 * fwd))
+    ref = fwd if step.resolved_reference() in ("frozen_copy", "lora_disabled") else 0.0
+    old = fwd if updates > 1 else 0.0
+    return policy + ref + old
+
+
+# ---- compiling --------------------------------------------------------------------------
+def _abstract_model(config, mcfg):
+    from flax import nnx
+
+    from jaxtom import models
+
+    def build():
+        model = models.init_decoder(mcfg, seed=0)
+        if config.model.lora_rank:
+            models.add_lora(model, rank=config.model.lora_rank,
+                            alpha=config.model.lora_alpha or None)
+        return model
+
+    return build, nnx.eval_shape(build)
+
+
+def _abstract_batch(config, mcfg, rows: int):
+    import jax
+    import jax.numpy as jnp
+
+    from jaxtom.rl.batch import Batch
+
+    T = config.trainer.row_len
+    s = config.step
+    i32 = jax.ShapeDtypeStruct((rows, T), jnp.int32)
+    f32 = jax.ShapeDtypeStruct((rows, T), jnp.float32)
+    # as the trainer packs it: old log-probs are scored inside the update (not in the batch)
+    return Batch(tokens=i32, positions=i32, segment_ids=i32, policy_mask=f32, advantages=f32,
+                 group_ids=i32, ref_logp=f32 if s.resolved_reference() == "batch" else None,
+                 decision_mask=f32 if s.lambda_entropy > 0 else None)
+
+
+def plan_update(config, mcfg, mesh) -> dict[str, Any]:
+    """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from jaxtom.rl.step import Learner
+
+    build, model = _abstract_model(config, mcfg)
+    learner = Learner(model, config.step, mesh)
+    state = jax.eval_shape(lambda: learner.init_state(build(), seed=0))
+    state = _with_shardings(state, learner.state_shardings(state))
+    rows = padded_rows(rollout_rows(config), learner)
+    batch = _abstract_batch(config, mcfg, rows)
+    batch = _with_shardings(batch, learner.batch_shardings(batch))
+    # the jit Learner.update builds: same shardings, state donated, one program per rollout
+    state_sh = jax.tree.map(lambda x: x.sharding, state)
+    fn = jax.jit(learner._update, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding,
+                                                                       batch)),
+                 out_shardings=(state_sh, NamedSharding(mesh, PartitionSpec())),
+                 donate_argnums=(0,))
+    start = time.perf_counter()
+    compiled = fn.lower(state, batch).compile()
+    seconds = time.perf_counter() - start
+    params = device_bytes(state.params)
+    memory = {"params": params, "frozen_params": device_bytes(state.frozen),
+              "reference_params": device_bytes(state.ref_params),
+              "optimizer_state": device_bytes(state.opt_state),
+              "gradients": params,  # one gradient per trainable parameter, sharded alike
+              "train_state": device_bytes(state), "batch": device_bytes(batch)}
+    xla = _xla_memory(compiled)
+    return {"rows": rows, "row_len": config.trainer.row_len, "compile_seconds": seconds,
+            "memory": memory, "xla": xla, "model_state": device_bytes(state.params) +
+            device_bytes(state.frozen), "xla_flops_per_device_loop_bodies_once":
+            _xla_flops(compiled),
+            "flops": update_flops(config, mcfg, rows, config.trainer.row_len),
+            "trainable_params": sum(math.prod(x.shape) for x in jax.tree.leaves(state.params))}
+
+
+def plan_rollout(config, mcfg, mesh) -> dict[str, Any]:
+    """Compiles the sampler's prefill + decode loop for one rollout (prompts x group size
+    rows, prompts as long as `row_len - max_new_tokens`), sized as `sampling.generate` sizes
+    it, through the sampler's own jit (`sampling._compiled`: same shardings, donated cache).
+    """
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxtom import parallel, sampling
+    from jaxtom.models.decoder import KVCache
+
+    t = config.trainer
+    _, model = _abstract_model(config, mcfg)
+    graphdef, params = nnx.split(model)
+    params = _with_shardings(params, parallel.state_shardings(params, mesh))
+    n = t.prompts_per_step * t.group_size
+    bucket = sampling.bucket
+    B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
+    T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
+    buffer_len = bucket(t.max_new_tokens, 16)
+    S = max(T, min(bucket(T + buffer_len, 64), bucket(mcfg.max_position_embeddings, 64)))
+    greedy = t.temperature <= 0
+    sds = jax.ShapeDtypeStruct
+    cache = sds((mcfg.num_layers, B, mcfg.num_kv_heads, S, mcfg.head_dim),
+                jnp.dtype(mcfg.compute_dtype), sharding=sampling.cache_sharding(mesh))
+    cache = KVCache(cache, cache)
+    n_stop = bucket(max(1, len(t.stop_tokens) + len(mcfg.eos_token_ids)), 4)
+    # the sampler's static settings and per-call inputs, by field name, so that a changed
+    # sampler fails here naming the field instead of planning a different program
+    statics = {"buffer_len": buffer_len, "greedy": greedy,
+               "use_filter": not greedy and t.top_p < 1.0, "pad_id": t.pad_id}
+    inputs = {"tokens": sds((B, T), jnp.int32), "chunk_lens": sds((B,), jnp.int32),
+              "starts": sds((B,), jnp.int32), "active": sds((B,), jnp.bool_),
+              "row_ids": sds((B,), jnp.uint32),
+              "key": jax.eval_shape(lambda: jax.random.key(0)), "max_new": sds((), jnp.int32),
+              "temperature": sds((), jnp.float32), "top_k": sds((), jnp.int32),
+              "top_p": sds((), jnp.float32), "stop_ids": sds((n_stop,), jnp.int32),
+              "stop_tables": sds((0, 1, mcfg.vocab_size), jnp.int16)}
+    unknown = ([f.name for f in dataclasses.fields(sampling.LoopConfig)
+                if f.name not in statics] + [f for f in sampling.LoopInputs._fields
+                                             if f not in inputs])
+    if unknown:
+        raise PlanError(f"the sampler takes {unknown}, which jaxtom.plan does not know how to "
+                        "size; update jaxtom.plan.plan_rollout")
+    loop = sampling.LoopConfig(**statics)
+    fn = sampling._compiled(graphdef, loop, mesh, params)
+    start = time.perf_counter()
+    compiled = fn.lower(params, cache, sampling.LoopInputs(**inputs)).compile()
+    seconds = time.perf_counter() - start
+    from jaxtom.flops import inference_flops
+    return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
+            "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params)},
+            "xla": _xla_memory(compiled),
+            "flops": inference_flops(mcfg.num_params(), n * (T + t.max_new_tokens)),
+            "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled)}
+
+
+def plan(config, *, devices: int | None = None, rollout: bool = True,
+         headroom: float = DEFAULT_HEADROOM) -> dict[str, Any]:
+    """Every figure of the plan as a dict (the JSON line). JAX must already see the devices."""
+    import jax
+
+    from jaxtom import parallel
+
+    sizes = mesh_sizes(config.mesh, devices)
+    n = math.prod(sizes)
+    if jax.device_count() < n:
+        raise PlanError(f"mesh {sizes} needs {n} devices but JAX sees {jax.device_count()}; "
+                        f"start Python with XLA_FLAGS=--xla_force_host_platform_device_count={n}"
+                        " (the `jaxtom plan` command does this itself)")
+    mesh = parallel.make_mesh(*sizes, devices=jax.devices()[:n])
+    mcfg = model_config(config.model)
+    update = plan_update(config, mcfg, mesh)
+    out: dict[str, Any] = {
+        "model": {"path": config.model.path, "family": mcfg.family,
+                  "params": mcfg.num_params(), "trainable_params": update.pop("trainable_params"),
+                  "param_dtype": mcfg.param_dtype, "compute_dtype": mcfg.compute_dtype,
+                  "lora_rank": config.model.lora_rank},
+        "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n},
+        "update": update}
+    peak = update["xla"]["peak"]
+    if rollout:
+        r = plan_rollout(config, mcfg, mesh)
+        # while sampling, the whole train state stays resident; the sampler's own parameter
+        # arguments are those same buffers
+        r["peak_with_train_state"] = (update["memory"]["train_state"] - r["memory"]["model_state"]
+                                      + r["xla"]["peak"])
+        out["rollout"] = r
+        peak = max(peak, r["peak_with_train_state"])
+    s = config.step
+    mini, epochs = getattr(s, "ppo_mini_batches", 1), getattr(s, "ppo_epochs", 1)
+    out["per_device_peak_bytes"] = peak
+    out["flops_per_rollout_step"] = {
+        "optimizer_updates": mini * epochs, "update_total": update["flops"],
+        "update_per_device": update["flops"] / n,
+        "sampling_total": out["rollout"]["flops"] if rollout else None}
+    out["headroom"] = headroom
+    out["fits"] = fits(peak, headroom)
+    return out
+
+
+def fits(peak_bytes: float, headroom: float = DEFAULT_HEADROOM) -> dict[str, bool]:
+    """Whether `peak_bytes` per device stays within `headroom` of each named chip."""
+    if not 0 < headroom <= 1:
+        raise ValueError(f"headroom must be a fraction in (0, 1], got {headroom}")
+    return {name: peak_bytes <= headroom * cap for name, cap in ACCELERATORS.items()}
+
+
+# ---- command line -----------------------------------------------------------------------
+def _size(x: float | None) -> str:
+    """Bytes as GiB (or MiB below one GiB), right-aligned for the table."""
+    if x is None:
+        return "-"
+    return f"{x / GIB:8.2f} GiB" if x >= GIB else f"{x / 2 ** 20:8.2f} MiB"
+
+
+def report(result: dict[str, Any]) -> str:
+    """The human-readable table printed before the JSON line."""
+    m, mesh, u = result["model"], result["mesh"], result["update"]
+    lines = [f"model {m['path'] or '(config sizes)'}: {m['family']}, {m['params'] / 1e9:.3f}B "
+             f"params ({m['trainable_params'] / 1e9:.3f}B trainable), params "
+             f"{m['param_dtype']}, compute {m['compute_dtype']}",
+             f"mesh data={mesh['data']} fsdp={mesh['fsdp']} tensor={mesh['tensor']} "
+             f"({mesh['devices']} devices)",
+             f"update step: {u['rows']} rows x {u['row_len']} tokens, compiled in "
+             f"{u['compile_seconds']:.0f} s; per device:"]
+    for key, label in (("params", "trainable parameters"), ("frozen_params", "frozen parameters"),
+                       ("reference_params", "reference copy"),
+                       ("optimizer_state", "optimizer state"),
+                       ("gradients", "gradients (in temporaries)"), ("batch", "batch")):
+        lines.append(f"  {label:<38}{_size(u['memory'][key])}")
+    lines.append(f"  {'XLA temporaries (activations, grads)':<38}{_size(u['xla']['temporaries'])}")
+    lines.append(f"  {'XLA peak (args + outputs + temps)':<38}{_size(u['xla']['peak'])}")
+    if "rollout" in result:
+        r = result["rollout"]
+        lines += [f"rollout: {r['rows']} rows, prompt {r['prompt_len']} + cache {r['cache_len']} "
+                  f"slots, compiled in {r['compile_seconds']:.0f} s; per device:",
+                  f"  {'KV cache':<38}{_size(r['memory']['kv_cache'])}",
+                  f"  {'XLA temporaries':<38}{_size(r['xla']['temporaries'])}",
+                  f"  {'peak with the train state resident':<38}"
+                  f"{_size(r['peak_with_train_state'])}"]
+    f = result["flops_per_rollout_step"]
+    lines.append(f"FLOPs per rollout step: update {f['update_total']:.3e} "
+                 f"({f['optimizer_updates']} optimizer update(s), "
+                 f"{f['update_per_device']:.3e} per device)"
+                 + (f", sampling {f['sampling_total']:.3e}" if f["sampling_total"] else ""))
+    peak = result["per_device_peak_bytes"]
+    lines.append(f"per-device peak {_size(peak).strip()}; fits (at {result['headroom']:.0%} of "
+                 "the chip): " + ", ".join(f"{k} {'yes' if v else 'NO'}"
+                                           for k, v in result["fits"].items()))
+    return "\n".join(lines)
+
+
+def _set_device_count(n: int) -> None:
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "",
+                   os.environ.get("XLA_FLAGS", "")).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax  # imported already by the config; its backend has not started yet
+
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", n)
+
+
+def _jax_ready_for(n: int) -> bool | None:
+    """True: JAX already runs on >= n CPU devices; False: initialised otherwise; None: not yet."""
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        return None
+    import jax
+    return jax.default_backend() == "cpu" and jax.device_count() >= n
+
+
+def run(args) -> int:
+    from jaxtom.config import ConfigError, load_config
+
+    try:
+        if not 0 < args.headroom <= 1:
+            raise PlanError(f"--headroom must be a fraction in (0, 1], got {args.headroom}")
+        config = load_config(args.config, args.overrides)
+        n = math.prod(mesh_sizes(config.mesh, args.devices))
+        model_config(config.model)
+    except (ConfigError, PlanError) as err:
+        print(str(err) if isinstance(err, ConfigError) else f"plan error: {err}",
+              file=sys.stderr)
+        return 2
+    ready = _jax_ready_for(n)
+    if ready is False:  # JAX already started on other devices: plan in a fresh process
+        env = dict(os.environ)
+        flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
+        env.update(XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={n}".strip(),
+                   JAX_PLATFORMS="cpu")
+        cmd = [sys.executable, "-m", "jaxtom.plan", args.config, *args.overrides,
+               "--headroom", str(args.headroom)]
+        cmd += ["--devices", str(args.devices)] if args.devices else []
+        cmd += ["--no-rollout"] if args.no_rollout else []
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        sys.stdout.write(done.stdout)
+        sys.stderr.write(done.stderr)
+        return done.returncode
+    if ready is None:
+        _set_device_count(n)
+    start = time.perf_counter()
+    try:
+        result = plan(config, devices=args.devices, rollout=not args.no_rollout,
+                      headroom=args.headroom)
+    except (ConfigError, PlanError) as err:
+        print(str(err) if isinstance(err, ConfigError) else f"plan error: {err}",
+              file=sys.stderr)
+        return 2
+    result["seconds"] = time.perf_counter() - start
+    print(report(result))
+    print(json.dumps(result))
+    return 0
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="path to a configs/*.py file defining get_config()")
+    p.add_argument("overrides", nargs="*", metavar="section.field=value",
+                   help="dotted overrides, e.g. mesh.fsdp=8 step.micro_batches=16")
+    p.add_argument("--devices", type=int, default=None,
+                   help="devices to plan for when the mesh has a -1 axis")
+    p.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
+                   help="fraction of each chip's memory a plan may fill (default 0.9)")
+    p.add_argument("--no-rollout", action="store_true",
+                   help="plan the update step only (skip compiling the sampler)")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="per-device memory and FLOPs of a config, compiled "
+                              "on simulated devices", description=__doc__.splitlines()[0])
+    _arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="jaxtom plan", description=__doc__.splitlines()[0])
+    _arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""`jaxtom plan`: ahead-of-time memory and FLOPs of a config from its model's config.json.
+
+Successful plans run in a subprocess (`python -m jaxtom.plan`): the command sets the simulated
+device count before JAX starts, which this test process cannot undo once it has started JAX.
+The figures are checked against what they must equal, not against one machine's output:
+per-device parameter bytes against the shard sizes implied by the rule table, XLA's
+argument buffers against the train state + batch the plan says it holds, the analytic FLOPs
+against XLA's own count where XLA can count (one device, no loops), and fsdp scaling.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jaxtom import plan
+from jaxtom.models.config import load_hf_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = str(ROOT / "configs" / "toy_cpu.py")
+# all projection sizes divide by 8, so every weight matrix shards on fsdp <= 8
+TINY_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 512,
+    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "hidden_act": "silu",
+    "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 1024,
+    "tie_word_embeddings": True, "eos_token_id": 7}
+QWEN3_4B = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+    "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
+    "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 40960,
+    "tie_word_embeddings": True, "eos_token_id": 151645}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_qwen3")
+    (d / "config.json").write_text(json.dumps(TINY_QWEN3))
+    return d
+
+
+def run_plan(config, *args, env=None):
+    """`python -m jaxtom.plan ...` -> (return code, stdout lines, stderr)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, **(env or {})}
+    done = subprocess.run([sys.executable, "-m", "jaxtom.plan", config, *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    return done.returncode, done.stdout.strip().splitlines(), done.stderr
+
+
+def plan_json(config, *args, env=None) -> dict:
+    rc, out, err = run_plan(config, *args, env=env)
+    assert rc == 0, err[-3000:]
+    return json.loads(out[-1])
+
+
+def sharded_param_bytes(cfg, fsdp: int, itemsize: int = 4) -> int:
+    """Per-device bytes of the tiny model's params under the default rules on (1, fsdp, 1):
+    every weight matrix splits its `embed` axis over fsdp; RMSNorm weights are replicated."""
+    L, d, hd = cfg.num_layers, cfg.hidden_size, cfg.head_dim
+    norms = L * 2 * d + L * 2 * hd + d
+    return ((cfg.num_params() - norms) // fsdp + norms) * itemsize
+
+
+def test_tiny_plan_figures_are_consistent(tiny_dir):
+    common = (f"model.path={tiny_dir}", "trainer.prompts_per_step=3", "trainer.group_size=3",
+              "trainer.row_len=64", "trainer.max_new_tokens=16", "step.kl_coef=0.01")
+    two = plan_json(TOY, *common, "mesh.fsdp=2")
+    # a free axis takes the devices the others leave: fsdp=-1 on 4 devices
+    four = plan_json(TOY, *common, "mesh.fsdp=-1", "--devices", 4, "--no-rollout")
+    cfg = load_hf_config(tiny_dir)
+    for result, fsdp in ((two, 2), (four, 4)):
+        u, mem = result["update"], result["update"]["memory"]
+        assert result["mesh"] == {"data": 1, "fsdp": fsdp, "tensor": 1, "devices": fsdp}
+        assert result["model"]["params"] == cfg.num_params() == result["model"]["trainable_params"]
+        # 9 sequences, one per row, padded to a multiple of data x fsdp (micro/mini = 1)
+        assert u["rows"] == math.ceil(9 / fsdp) * fsdp and u["row_len"] == 64
+        assert mem["params"] == sharded_param_bytes(cfg, fsdp)
+        assert mem["frozen_params"] == 0  # full fine-tuning
+        assert mem["reference_params"] == mem["params"]  # kl_coef > 0: a frozen copy
+        # Adam's two moments, plus a few scalar counters
+        assert 2 * mem["params"] <= mem["optimizer_state"] <= 2 * mem["params"] + 64
+        # XLA's argument buffers are exactly what the plan says one device holds, and the
+        # donated state comes back in place
+        assert u["xla"]["arguments"] == pytest.approx(mem["train_state"] + mem["batch"],
+                                                      rel=1e-3)
+        assert u["xla"]["aliased"] == pytest.approx(mem["train_state"], rel=1e-3)
+        assert u["xla"]["temporaries"] > 0
+        assert result["per_device_peak_bytes"] >= u["xla"]["peak"] > mem["train_state"]
+        assert all(result["fits"].values())
+    sharded = sharded_param_bytes(cfg, 2) - sharded_param_bytes(cfg, 4)
+    assert two["update"]["memory"]["params"] - four["update"]["memory"]["params"] == sharded
+    assert 0.5 < four["update"]["memory"]["params"] / two["update"]["memory"]["params"] < 0.55
+
+    r = two["rollout"]
+    # 9 rows padded to data x fsdp = 2; prompt budget 64 - 16 = 48; 48 + 16 slots -> 64
+    assert (r["rows"], r["prompt_len"], r["cache_len"]) == (10, 48, 64)
+    per_device_rows = r["rows"] // 2
+    kv = 2 * cfg.num_layers * per_device_rows * cfg.num_kv_heads * 64 * cfg.head_dim * 4
+    assert r["memory"]["kv_cache"] == kv
+    assert r["xla"]["aliased"] == pytest.approx(kv, rel=1e-3)  # the cache is donated
+    assert r["peak_with_train_state"] > two["update"]["memory"]["train_state"]
+    assert r["flops"] == 2 * cfg.num_params() * 9 * (48 + 16)
+
+
+@pytest.mark.parametrize("extra", [(), ("model.lora_rank=8", "step.lora=true")])
+def test_update_flops_match_xla_on_one_device(tiny_dir, extra):
+    """XLA counts every FLOP when nothing loops (1 device, 2 unrolled layers, 1 micro-batch)."""
+    result = plan_json(TOY, f"model.path={tiny_dir}", "trainer.row_len=128",
+                       "step.kl_coef=0.01", *extra, "--no-rollout")
+    u = result["update"]
+    assert result["mesh"]["devices"] == 1
+    # elementwise work (norms, softmax, RoPE, the loss) is not in the analytic count
+    assert 1.0 <= u["xla_flops_per_device_loop_bodies_once"] / u["flops"] < 1.1
+    if extra:
+        assert result["model"]["trainable_params"] < result["model"]["params"] / 10
+        assert u["memory"]["frozen_params"] > 10 * u["memory"]["params"]
+
+
+@pytest.mark.parametrize("args, starts", [
+    (("step.learning_rate=abc",), "config error: step.learning_rate: expected a number"),
+    (("no_such.field=1",), "config error: no_such.field"),
+    (("mesh.fsdp=-1",), "plan error: mesh (data, fsdp, tensor)=(1, -1, 1) has a -1 axis"),
+    (("mesh.fsdp=2", "--devices", "4"), "plan error: --devices 4 disagrees"),
+])
+def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
+    assert plan.main([TOY, f"model.path={tiny_dir}", *args]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(starts), captured.err
+    assert captured.out == ""
+
+
+def test_missing_config_json_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "model.safetensors").write_text("")  # weights alone are not enough
+    assert plan.main([TOY, f"model.path={tmp_path}"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: model.path: expected a "
+                                                   "Hugging Face directory holding config.json")
+
+
+def test_fits_leaves_headroom_on_each_chip():
+    assert plan.fits(72e9) == {"H100-80GB": True, "H200-141GB": True, "v5p-95GB": True,
+                               "v6e-32GB": False}
+    assert plan.fits(72.1e9)["H100-80GB"] is False  # over 90% of 80 GB
+    assert plan.fits(72.1e9, headroom=1.0)["H100-80GB"] is True
+    with pytest.raises(ValueError, match="headroom"):
+        plan.fits(1.0, headroom=0.0)
+
+
+@pytest.mark.slow
+def test_qwen3_4b_paper_config_plans_from_config_json_alone(tmp_path):
+    """The MindZero paper config with only Qwen3-4B's config.json present (no weights)."""
+    model_dir = tmp_path / "Qwen3-4B"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(QWEN3_4B))
+    config = str(ROOT / "configs" / "mindzero_gridworld_qwen3_4b.py")
+    result = plan_json(config, env={"JAXTOM_MODELS": str(tmp_path)})
+    n = result["mesh"]["devices"]
+    assert result["model"]["params"] == 4_022_468_096
+    assert result["model"]["param_dtype"] == "float32"
+    mem = result["update"]["memory"]
+    # fp32 master params sharded n ways (norms replicated: a few MB)
+    assert 4 * 4_022_468_096 / n <= mem["params"] < 4 * 4_022_468_096 / n + 2 ** 22
+    assert result["rollout"]["memory"]["kv_cache"] > 0
+    assert result["seconds"] < 600
