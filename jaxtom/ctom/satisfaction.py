@@ -14,7 +14,7 @@ treated as feedback, which is what the simulators send whenever something is mis
 Phrases match whole words, case-insensitively. Before rule 2, NEUTRALISED_PATTERNS (accepting
 phrases that contain a pushback word: "exactly what I needed", "nothing else to change") are
 replaced by an acceptance marker, so the paper's order holds for everything else in the reply.
-The rules were tuned on the "tune" part of data/satisfaction_replies.jsonl (341 replies written
+The rules were tuned on the "tune" part of data/satisfaction_replies.jsonl (417 replies written
 for this project) and measured on its "heldout" part (tests/ctom/test_satisfaction.py, README).
 """
 
@@ -34,6 +34,7 @@ PUSHBACK_PHRASES: tuple[str, ...] = (
     "shouldn't", "wasn't", "not what", "hmm", "hm", "wait", "actually", "but", "however",
     "although", "though", "except", "apart from", "also", "one more thing", "again", "redo",
     "sort", "rename", "replace", "convert", "round", "reorder", "lowercase", "uppercase",
+    "not",  # what is left of "not" after the neutralisers is a negation ("not happy with")
     # requests for change
     "can you", "would you", "please", "should", "must", "need", "needs", "needed", "missing",
     "missed", "forgot", "forget", "include", "mention", "remove", "drop", "change", "fix",
@@ -50,7 +51,7 @@ ACCEPTANCE_PHRASES: tuple[str, ...] = (
     "thanks", "thank you", "exactly", "matches", "spot on", "lgtm", "fine", "works",
     "all set", "done", "agreed", "nice", "awesome", "that's it", "got it", "sounds good",
     "accepted", "approve", "approved", "satisfied", "happy with", "kk", "love it",
-    "that's the one", "brilliant", "cool",
+    "that's the one", "brilliant", "cool", "reads well", "solid", "no complaints", "well done",
 )
 
 # Accepting phrases that contain a pushback word ("exactly what I needed", "nothing else to
@@ -76,6 +77,7 @@ NEUTRALISED_PATTERNS: tuple[str, ...] = (
     r"\bno (?:further |more |other |additional )?(?:changes|edits|requirements?|mistakes|errors|"
     r"problems|issues)(?: needed| from me)?\b",
     r"\bno need to (?:change|add|fix|revise) anything\b",
+    r"\bnot bad\b",
     r"\bi have no (?:additional|other|further) requirements?\b",
     # "I don't need anything else", "I can't see anything wrong", "doesn't need any changes"
     r"\b(?:don't|do not|doesn't|does not|can't|cannot|wouldn't|would not) (?:need|have|see|find|"
