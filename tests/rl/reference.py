@@ -59,3 +59,50 @@ def decision_entropy(logits, decision_mask):
                 p /= p.sum()
                 vals.append(-sum(q * math.log(q) for q in p if q > 0))
     return sum(vals) / len(vals) if vals else 0.0
+
+
+def grpo_loss_grad(logp, old, ref, adv, mask, clip_low=0.2, clip_high=0.2, c=3.0,
+                   kl_coef=0.01, clamp=20.0, kl_clamp=10.0):
+    """d grpo_loss / d logp, token by token, from the piecewise form: a token whose ratio the
+    clip (or the dual clip) holds contributes no surrogate gradient."""
+    grad = np.zeros(logp.shape)
+    count = float(np.sum(mask))
+    if not count:
+        return grad
+    for i in range(logp.shape[0]):
+        for j in range(logp.shape[1]):
+            if not mask[i, j]:
+                continue
+            a = float(adv[i]) if np.ndim(adv) == 1 else float(adv[i, j])
+            x = logp[i, j] - old[i, j]
+            rho = math.exp(min(max(x, -clamp), clamp))
+            d_rho = rho if -clamp < x < clamp else 0.0
+            clipped = min(max(rho, 1 - clip_low), 1 + clip_high)
+            inside = 1 - clip_low < rho < 1 + clip_high
+            if rho * a <= clipped * a:  # the unclipped term is the min
+                b, d_s = rho * a, d_rho * a
+            else:
+                b, d_s = clipped * a, (d_rho * a if inside else 0.0)
+            if a < 0 and c * a > b:  # dual clip: S = c A, constant
+                d_s = 0.0
+            d = ref[i, j] - logp[i, j]
+            kl = math.expm1(min(max(d, -clamp), clamp)) - min(max(d, -clamp), clamp)
+            d_kl = -math.expm1(d) if (-clamp < d < clamp and 0.0 < kl < kl_clamp) else 0.0
+            grad[i, j] = mask[i, j] * (-d_s + kl_coef * d_kl) / count
+    return grad
+
+
+def clip_counts(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, c=3.0):
+    """(tokens where the ratio clip holds the surrogate, tokens where the dual clip does)."""
+    clip = dual = 0
+    for i in range(logp.shape[0]):
+        for j in range(logp.shape[1]):
+            if not mask[i, j]:
+                continue
+            a = float(adv[i]) if np.ndim(adv) == 1 else float(adv[i, j])
+            rho = math.exp(logp[i, j] - old[i, j])
+            clipped = min(max(rho, 1 - clip_low), 1 + clip_high)
+            b = min(rho * a, clipped * a)
+            clip += clipped * a < rho * a
+            dual += a < 0 and c * a > b
+    return clip, dual

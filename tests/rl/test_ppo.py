@@ -1,0 +1,232 @@
+"""PPO mini-batch updates: one `Learner.update` equals the single-update rule applied by hand
+to each mini-batch in order, the clips act from the second mini-batch on, losses on
+off-policy ratios match the float64 NumPy reference, and odd row counts are padded (1 and 4
+simulated devices) instead of failing."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jaxtom import rl
+from tests.rl import reference as ref
+from tests.rl.common import TINY, params_array, tiny_model
+
+jax.config.update("jax_default_matmul_precision", "highest")
+ROOT = Path(__file__).resolve().parents[2]
+
+# lr 1e-2 moves the tiny policy far enough in one update for the next mini-batch's ratios to
+# leave [0.8, 1.2]; adam_eps 1e-5 keeps Adam from turning rounding-sized gradient entries
+# (different reduction orders in the two programs) into O(lr) differences.
+PPO = rl.StepConfig(learning_rate=1e-2, total_steps=2, kl_coef=0.05, lambda_pred=1.0,
+                    lambda_entropy=1e-2, adam_eps=1e-5, micro_batches=3, ppo_mini_batches=3,
+                    ppo_epochs=2)
+
+
+def odd_batch(seed, rows=7, pred_rows=5, off_policy=False):
+    """`rows` policy rows (one GRPO group) and `pred_rows` prediction rows: neither divides
+    micro_batches x ppo_mini_batches, as with the CToM paper's rollout-dependent rows.
+
+    Row i holds rollout i // 3 (rewards per rollout), so every mini-batch (rows k, k+3, ...)
+    revisits rollouts an earlier one trained on: a random tiny model barely generalises
+    between unrelated random sequences, and the ratio would stay 1 until the next epoch.
+    """
+    rng = np.random.default_rng(seed)
+    distinct = -(-rows // 3)
+    base = [rng.integers(0, TINY.vocab_size, int(rng.integers(6, 17))).tolist()
+            for _ in range(distinct)]
+    prompts = [int(rng.integers(1, len(b) - 2)) for b in base]
+    rewards = rng.normal(size=distinct)
+    seqs = [base[i // 3] for i in range(rows)]
+    masks = [[0.0] * prompts[i // 3] + [1.0] * (len(seqs[i]) - prompts[i // 3])
+             for i in range(rows)]
+    decisions = [[1.0 if j == prompts[i // 3] else 0.0 for j in range(len(seqs[i]))]
+                 for i in range(rows)]
+    adv = np.asarray(rl.group_advantages(np.asarray([rewards[i // 3] for i in range(rows)]),
+                                         rows))
+    old = None
+    if off_policy:  # rollout log-probs far from the tiny model's (about -log 48 = -3.9)
+        old = [(-rng.exponential(3.0, len(q))).tolist() for q in seqs]
+    b = rl.pack_sequences(seqs, masks, adv, [0] * rows, num_rows=rows, row_len=16,
+                          old_logps=old, decision_masks=decisions)
+    ctx = [rng.integers(0, TINY.vocab_size, int(rng.integers(1, 6))).tolist()
+           for _ in range(pred_rows)]
+    tgt = [rng.integers(0, TINY.vocab_size, int(rng.integers(1, 6))).tolist()
+           for _ in range(pred_rows)]
+    return b.replace(prediction=rl.prediction_batch(ctx, tgt, num_rows=pred_rows, row_len=12))
+
+
+def single_update_learner(model, cfg):
+    """The existing one-update rule (no mini-batches, no micro-batches, reference log-probs
+    from the batch) on a schedule as long, in updates, as the PPO learner's."""
+    u = cfg.updates_per_batch
+    return rl.Learner(model, dataclasses.replace(
+        cfg, ppo_mini_batches=1, ppo_epochs=1, micro_batches=1, reference="batch",
+        total_steps=cfg.total_steps * u, warmup_steps=cfg.warmup_steps * u))
+
+
+def sequential_reference(model, cfg, batch):
+    """By hand: score old (if absent) and reference log-probs with the rollout params, then
+    one single-rule update per mini-batch (rows k, k+n, ... of the unpadded batch), in order.
+    Returns the final state and, per update, (params before it, mini-batch, metrics)."""
+    n = cfg.ppo_mini_batches
+    single = single_update_learner(model, cfg)
+    state = single.init_state(model)
+    initial = np.asarray(single.logprobs(state, batch))  # frozen copy = rollout params
+    batch = batch.replace(old_logp=initial if batch.old_logp is None else batch.old_logp,
+                          ref_logp=initial)
+    trace = []
+    for u in range(cfg.updates_per_batch):
+        mini = jax.tree.map(lambda x: np.asarray(x)[u % n::n], batch)
+        before = jax.tree.map(np.array, state)
+        state, metrics = single.update(state, mini)
+        trace.append((before, mini, {k: float(v) for k, v in metrics.items()}))
+    return single, state, trace
+
+
+@pytest.fixture(scope="module")
+def on_policy_run():
+    """One padded PPO update (7 -> 9 rows, 5 -> 9 prediction rows) and its reference."""
+    model = tiny_model()
+    batch = odd_batch(0)
+    learner = rl.Learner(model, PPO)
+    state = learner.init_state(model)
+    new_state, metrics = learner.update(state, batch)
+    single, ref_state, trace = sequential_reference(model, PPO, batch)
+    return learner, new_state, metrics, ref_state, trace, params_array(single.init_state(model))
+
+
+def test_update_equals_sequential_single_updates(on_policy_run):
+    learner, state, metrics, ref_state, trace, init = on_policy_run
+    got, want = params_array(state), params_array(ref_state)
+    moved = np.abs(want - init).max()
+    # six Adam updates of at most ~lr each; rounding of the two programs' different
+    # reduction orders enters only through gradient entries near adam_eps
+    tol = PPO.updates_per_batch * PPO.learning_rate * 1e-3
+    assert moved > 100 * tol
+    np.testing.assert_allclose(got, want, atol=tol)
+    assert int(state.step) == 1  # counts rollout batches, not optimiser updates
+    per = {k: np.array([m[k] for _, _, m in trace]) for k in trace[0][2]}
+    for k in ("loss_grpo", "clip_frac", "eta", "kl", "loss_pred", "learning_rate"):
+        assert float(metrics[k]) == pytest.approx(per[k].mean(), rel=1e-4, abs=1e-6), k
+    assert float(metrics["clip_frac_last"]) == pytest.approx(per["clip_frac"][-1], abs=1e-6)
+    assert float(metrics["policy_tokens"]) == pytest.approx(per["policy_tokens"][:3].sum())
+    assert float(metrics["skipped"]) == 0.0 and float(metrics["updates"]) == 6
+
+
+def test_clip_acts_from_the_second_mini_batch(on_policy_run):
+    _, _, metrics, _, trace, _ = on_policy_run
+    clip = [m["clip_frac"] for _, _, m in trace]
+    assert clip[0] == 0.0  # the rollout policy itself: ratio 1
+    assert min(clip[1:]) > 0.0, clip  # every later mini-batch sees a moved policy
+    assert float(metrics["clip_frac_last"]) > 0.0
+
+
+def test_schedule_counts_optimiser_updates(on_policy_run):
+    learner, _, _, _, trace, _ = on_policy_run
+    lrs = [m["learning_rate"] for _, _, m in trace]
+    want = [float(learner.schedule(u)) for u in range(PPO.updates_per_batch)]
+    np.testing.assert_allclose(lrs, want, rtol=1e-6)
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))  # decays within one rollout batch
+    cfg = dataclasses.replace(PPO, total_steps=10, end_lr_ratio=0.1)
+    schedule = rl.step.make_schedule(cfg)
+    total = 10 * cfg.ppo_epochs * cfg.ppo_mini_batches
+    assert float(schedule(total)) == pytest.approx(0.1 * cfg.learning_rate, rel=1e-5)
+    assert float(schedule(total // 2)) == pytest.approx(0.55 * cfg.learning_rate, rel=1e-5)
+
+
+def test_off_policy_losses_match_numpy_reference():
+    """Rollout log-probs far from the policy's: ratios from ~0 to ~e^5, so the clip and the
+    dual clip (c = 3) both act (the clip on every mini-batch); loss and per-token gradient are checked
+    against the float64 reference at each mini-batch's starting params."""
+    cfg = dataclasses.replace(PPO, ppo_epochs=1)
+    model = tiny_model()
+    batch = odd_batch(1, off_policy=True)
+    learner = rl.Learner(model, cfg)
+    state, metrics = learner.update(learner.init_state(model), batch)
+    single, ref_state, trace = sequential_reference(model, cfg, batch)
+    np.testing.assert_allclose(params_array(state), params_array(ref_state),
+                               atol=cfg.updates_per_batch * cfg.learning_rate * 1e-3)
+    losses, acting = [], []
+    for before, mini, m in trace:
+        logp = np.asarray(single.logprobs(before, mini), np.float64)
+        args = (logp, mini.old_logp, mini.ref_logp, mini.advantages, mini.policy_mask)
+        want = ref.grpo_loss(*args, kl_coef=cfg.kl_coef)
+        clip, dual = ref.clip_counts(logp, mini.old_logp, mini.advantages, mini.policy_mask)
+        acting.append((clip, dual))
+        n = float(mini.policy_mask.sum())
+        assert m["clip_frac"] == pytest.approx(clip / n, abs=1.5 / n)  # a boundary token
+        assert m["dual_clip_frac"] == pytest.approx(dual / n, abs=1.5 / n)
+        # float32 loss: |terms| up to c|A| + kl_coef*KL_CLAMP, summed over the mask
+        tol = float(1e-6 * n * (np.abs(mini.advantages).max() * cfg.dual_clip + 1))
+        assert m["loss_grpo"] == pytest.approx(want, abs=tol)
+        f32 = [np.asarray(a, np.float32) for a in args]
+        grad = np.asarray(jax.grad(rl.grpo_loss)(*f32, kl_coef=cfg.kl_coef))
+        np.testing.assert_allclose(grad, ref.grpo_loss_grad(*args, kl_coef=cfg.kl_coef),
+                                   atol=1e-6 * np.abs(mini.advantages).max() * 10)
+        losses.append(want)
+    clips, duals = np.asarray(acting).T
+    assert clips.min() > 0 and duals.sum() > 0, acting
+    assert float(metrics["loss_grpo"]) == pytest.approx(np.mean(losses), abs=1e-4)
+
+
+def test_pad_rows_adds_empty_rows_only():
+    batch = odd_batch(2)
+    padded = rl.batch.pad_rows(batch, 9)
+    assert padded.tokens.shape == (9, 16) and padded.prediction.tokens.shape == (9, 12)
+    for name in ("policy_mask", "advantages", "segment_ids", "decision_mask"):
+        assert not np.any(getattr(padded, name)[7:]), name
+    assert np.all(padded.group_ids[7:] == -1) and not np.any(padded.prediction.target_mask[5:])
+    np.testing.assert_array_equal(padded.tokens[:7], batch.tokens)
+    assert rl.batch.pad_rows(batch, 7).tokens.shape[0] == 7
+    assert rl.batch.pad_rows(batch, 2, min_rows=11).tokens.shape[0] == 12
+    with pytest.raises(ValueError, match="multiple must be a positive int"):
+        rl.batch.pad_rows(batch, 0)
+
+
+SCRIPT = textwrap.dedent("""
+    import dataclasses, json
+    import jax, numpy as np
+    assert jax.device_count() == 4, jax.devices()
+    jax.config.update("jax_default_matmul_precision", "highest")
+    from jaxtom import parallel, rl
+    from jaxtom.models import init_decoder
+    from tests.rl.common import TINY, params_array
+    from tests.rl.test_ppo import PPO, odd_batch
+
+    cfg = dataclasses.replace(PPO, ppo_epochs=1)
+    out = {}
+    for name, mesh in (("one", None), ("four", parallel.make_mesh(2, 2, 1))):
+        model = init_decoder(TINY, seed=1)
+        learner = rl.Learner(model, cfg, mesh=mesh)
+        state = learner.init_state(model)
+        for seed in range(2):
+            batch = learner.put_batch(odd_batch(seed))
+            state, metrics = learner.update(state, batch)
+        out[name] = dict(params=params_array(state).tolist(), rows=batch.tokens.shape[0],
+                         pred_rows=batch.prediction.tokens.shape[0],
+                         clip_last=float(metrics["clip_frac_last"]))
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_odd_rows_on_one_and_four_devices():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert (out["one"]["rows"], out["one"]["pred_rows"]) == (9, 9)  # 1 x 3 micro x 3 mini
+    assert (out["four"]["rows"], out["four"]["pred_rows"]) == (36, 36)  # 4-way data x 3 x 3
+    one, four = np.asarray(out["one"]["params"]), np.asarray(out["four"]["params"])
+    np.testing.assert_allclose(four, one, atol=3 * PPO.learning_rate * 1e-3)
+    assert out["four"]["clip_last"] > 0
