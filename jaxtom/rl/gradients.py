@@ -1,4 +1,5 @@
-"""The CToM prediction-gradient cap (eq. 7) on gradient pytrees.
+"""Rules the step applies to gradient and parameter pytrees: the CToM prediction-gradient
+cap (eq. 7) and the compensated (Kahan) parameter update for low-precision parameters.
 
 Kept apart from the step so that tests (and other trainers) can apply the exact rule the
 step uses to gradients computed anywhere.
@@ -35,3 +36,23 @@ def combine_gradients(g_grpo, g_pred, lambda_pred):
     scale = eta * lambda_pred
     combined = jax.tree.map(lambda a, b: a + (scale * b).astype(a.dtype), g_grpo, g_pred)
     return combined, eta
+
+
+def compensated_add(params, compensation, updates):
+    """(params + updates, new compensation) with Kahan summation, leaf by leaf.
+
+    `compensation` (same dtypes as `params`) holds what earlier roundings of the parameters
+    lost. A bfloat16 weight near 1e-2 is spaced ~6e-5 apart, so a 1e-6 update added plainly
+    rounds away every time; here it accumulates in the compensation until it moves the
+    stored weight, so params + compensation follows the exact (float32) sum.
+    """
+    def one(p, c, u):
+        y = u.astype(jnp.float32) + c.astype(jnp.float32)
+        t = p.astype(jnp.float32) + y
+        new = t.astype(p.dtype)
+        return new, (t - new.astype(jnp.float32)).astype(c.dtype)
+
+    pairs = jax.tree.map(one, params, compensation, updates)
+    is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
+    return (jax.tree.map(lambda x: x[0], pairs, is_leaf=is_pair),
+            jax.tree.map(lambda x: x[1], pairs, is_leaf=is_pair))

@@ -29,7 +29,7 @@ from jaxtom import parallel
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import losses
 from jaxtom.rl.batch import Batch, merge_rows, pad_rows, split_rows
-from jaxtom.rl.gradients import combine_gradients, global_norm
+from jaxtom.rl.gradients import combine_gradients, compensated_add, global_norm
 
 REFERENCES = ("frozen_copy", "lora_disabled", "batch", "none")
 
@@ -43,6 +43,18 @@ class StepConfig:
     `updates_per_batch = ppo_epochs * ppo_mini_batches` per rollout batch, so update u of
     batch s uses lr = schedule(s * updates_per_batch + u) on a schedule that is
     `total_steps * updates_per_batch` updates long (`make_schedule`).
+
+    Precision (the model's `param_dtype` / `compute_dtype`; log-probs, losses, gradient
+    norms and Adam moments are float32 in every mode). Persistent bytes per trained
+    parameter, + the frozen reference copy (KL, reference='frozen_copy') + the transient
+    gradient:
+      - float32 params, bf16 compute (the default to use): 4 + 8 (Adam m, v) = 12,
+        + 4 reference + 4 gradient. Weights are cast to bf16 at use; updates of 1e-6 keep.
+      - bfloat16 params: 2 + 8 = 10, + 2 + 2. Updates below half a bf16 spacing (~6e-5 at
+        |w| ~ 1e-2) round away: one lr-1e-6 update changes ~2% of the weights, not ~98%.
+      - bfloat16 params, compensated_updates=True: 2 + 2 (compensation) + 8 = 12, + 2 + 2.
+        Kahan summation carries what rounding lost, so small updates accumulate (what
+        EasyR1's adamw_bf16 does); it saves the reference's and gradients' bytes only.
     """
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -62,6 +74,8 @@ class StepConfig:
     micro_batches: int = 1  # gradient accumulation inside one update (same update for any value)
     ppo_mini_batches: int = 1  # optimiser updates per rollout batch and epoch
     ppo_epochs: int = 1  # passes over the rollout batch
+    # bf16 (param_dtype) weights: add each update with Kahan compensation (see below)
+    compensated_updates: bool = False
     lora: bool = False  # train only the LoRA adapters (the model must carry them)
     reference: str = "auto"  # frozen_copy | lora_disabled | batch | none | auto
 
@@ -124,6 +138,10 @@ def _tree_shardings(tree, mesh: Mesh, rules=None):
     return jax.tree.map(one, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
+def _as_float32(tree):
+    return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
+
+
 class Learner:
     """Owns the static parts of training (graph, optimiser, mesh) and the compiled step."""
 
@@ -159,8 +177,11 @@ class Learner:
         _, params, frozen = self._split(model)
         params = jax.tree.map(jnp.array, params)
         ref = jax.tree.map(jnp.array, params) if self.reference == "frozen_copy" else None
+        opt_state = self.tx.init(_as_float32(params))  # Adam moments float32 in every mode
+        if self.cfg.compensated_updates:
+            opt_state = (opt_state, jax.tree.map(jnp.zeros_like, params))
         state = TrainState(step=jnp.int32(0), params=params, frozen=frozen, ref_params=ref,
-                           opt_state=self.tx.init(params),
+                           opt_state=opt_state,
                            rng=jax.random.key_data(jax.random.key(seed)))
         return jax.device_put(state, self.state_shardings(state))
 
@@ -357,8 +378,14 @@ class Learner:
         has_signal = (n_policy > 0) | (n_targets > 0) | ((n_decision > 0) &
                                                           (cfg.lambda_entropy != 0))
         apply = has_signal & jnp.isfinite(grad_norm)
-        direction, new_opt = self.tx.update(combined, opt_state, params)
-        new_params = optax.apply_updates(params, jax.tree.map(lambda d: -lr * d, direction))
+        adam_state, comp = opt_state if cfg.compensated_updates else (opt_state, None)
+        direction, new_opt = self.tx.update(_as_float32(combined), adam_state, params)
+        delta = jax.tree.map(lambda d: -lr * d, direction)
+        if comp is None:
+            new_params = optax.apply_updates(params, delta)
+        else:
+            new_params, comp = compensated_add(params, comp, delta)
+            new_opt = (new_opt, comp)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
         denom = jnp.maximum(n_policy, 1.0)
         metrics = {
