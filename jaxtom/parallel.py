@@ -137,6 +137,24 @@ def place_state(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None) -> 
     return jax.device_put(state, state_shardings(state, mesh, rules))
 
 
+def run_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1) -> Mesh:
+    """The mesh of a run's `mesh` section: over all devices with a -1 size, else over the
+    first data x fsdp x tensor devices (a (1, 1, 1) config runs on one device of a bigger
+    host). Several processes must all take part, so there the mesh must cover every device.
+    """
+    sizes = (data, fsdp, tensor)
+    n = jax.device_count()
+    if -1 in sizes or math.prod(sizes) == n:
+        return make_mesh(data, fsdp, tensor)
+    if jax.process_count() > 1:
+        raise ValueError(f"mesh (data, fsdp, tensor)={sizes} covers {math.prod(sizes)} of the "
+                         f"{n} devices of this {jax.process_count()}-process run; every "
+                         "process must take part: set one size to -1 (e.g. mesh.fsdp=-1)")
+    if math.prod(sizes) > n:
+        return make_mesh(data, fsdp, tensor)  # raises: not enough devices
+    return make_mesh(data, fsdp, tensor, devices=jax.devices()[:math.prod(sizes)])
+
+
 def initialize_distributed(coordinator_address: str | None = None,
                            num_processes: int | None = None,
                            process_id: int | None = None) -> bool:

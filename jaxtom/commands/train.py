@@ -40,7 +40,7 @@ def start_distributed() -> None:
 
 def make_mesh(config):
     from jaxtom import parallel
-    return parallel.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    return parallel.run_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
 def build_model(config, mesh):

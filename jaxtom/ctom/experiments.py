@@ -55,7 +55,8 @@ def qwen3_8b_config(domain: str) -> Config:
     """Paper scale (section 5, table 4): Qwen3-8B with LoRA 32, lr 1e-4, G = 4, 36 prompts."""
     steps = PAPER_STEPS[domain]
     return Config(
-        model=ModelSection(path=os.environ.get("QWEN3_8B", ""), family="qwen3",
+        model=ModelSection(path=os.environ.get("QWEN3_8B", os.path.join(
+            os.environ.get("JAXTOM_MODELS", "/models"), "Qwen3-8B")), family="qwen3",
                            vocab_size=151936, param_dtype="float32", compute_dtype="bfloat16",
                            lora_rank=32, lora_alpha=32.0),
         step=StepConfig(learning_rate=1e-4, total_steps=steps, kl_coef=0.01, lambda_pred=1.0,
@@ -75,4 +76,4 @@ def qwen3_8b_settings(domain: str) -> CToMSettings:
         simulator_url=os.environ.get("CTOM_SIMULATOR_URL", "http://127.0.0.1:8000/v1"),
         simulator_model="Qwen/Qwen3-32B-FP8",
         controller=dict(w_effort=W_EFFORT, max_rounds=d.max_rounds),
-        pred_rows=256, pred_row_len=8192, eval_conversations=8)
+        pred_rows=0, pred_row_len=8192, eval_conversations=8)

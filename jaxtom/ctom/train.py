@@ -36,7 +36,7 @@ class CToMSettings:
     simulator_max_tokens: int = 512
     simulator_dtype: str = "float32"  # llm: dtype of the loaded simulator model
     controller: dict = dataclasses.field(default_factory=dict)  # ControllerConfig overrides
-    pred_rows: int = 16
+    pred_rows: int = 0  # 0: one prediction row per target (all trained); N: at most N rows
     pred_row_len: int = 2048
     eval_tasks: int = 0  # 0: the training tasks
     eval_conversations: int = 2  # per task
@@ -164,9 +164,11 @@ class ConversationRollout:
                            visible_rounds=float(np.mean([len(c.rounds) for c in ok])))
         # an all-failed step still gets a (masked, no-op) batch: every process must update
         num_rows = cfg.num_rows or max(1, sum(len(c.sequences) for c in ok))
-        batch = rollout_batch(convs, groups, targets, self.tok, num_rows=num_rows,
-                              row_len=cfg.row_len, pred_rows=s.pred_rows,
-                              pred_row_len=s.pred_row_len, pad_id=cfg.pad_id)
+        batch, counts = rollout_batch(convs, groups, targets, self.tok, num_rows=num_rows,
+                                      row_len=cfg.row_len, pred_rows=s.pred_rows,
+                                      pred_row_len=s.pred_row_len, pad_id=cfg.pad_id,
+                                      pred_rows_multiple=8, return_metrics=True)
+        metrics.update({f"pred/{k}": float(v) for k, v in counts.items()})
         return Rollout(batch=batch, metrics=metrics, count=max(len(ok), 1))
 
 

@@ -38,12 +38,9 @@ _elbo = jax.jit(elbo_reward, static_argnames=("cfg",))
 
 
 def make_mesh(config):
-    """The update step's mesh from `config.mesh` (None: one device)."""
-    m = config.mesh
-    if (m.data, m.fsdp, m.tensor) == (1, 1, 1):
-        return None
+    """The update step's mesh from `config.mesh`."""
     from jaxtom import parallel
-    return parallel.make_mesh(m.data, m.fsdp, m.tensor)
+    return parallel.run_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
 def env_params(config) -> EnvParams:

@@ -1,7 +1,7 @@
 """A tiny random stand-in for a config's real checkpoint: a 2-layer Qwen3 saved as an HF
 directory (config.json + safetensors) with a byte-level BPE `tokenizer.json` carrying the
-ChatML specials, trained on the project's own prompts so a paper-length prompt stays a few
-hundred tokens. Lets every config run its real code path without downloading weights."""
+ChatML specials, trained (without a word split) on the project's own prompts so a
+paper-length prompt stays a few hundred tokens. Lets every config run its real code path without downloading weights."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tok
 def _corpus() -> list[str]:
     import jax
     from jaxtom.ctom.data import builtin_tasks
-    from jaxtom.ctom.prompts import SIMULATOR_PROMPTS
+    from jaxtom.ctom.prompts import BASELINE_PROMPTS, SIMULATOR_PROMPTS, system_prompt
     from jaxtom.gridworld import EnvParams, generate_episodes
     from jaxtom.mindzero.observation import HostEpisodes, get_observation
-    texts = list(SIMULATOR_PROMPTS.values())
+    texts = list(SIMULATOR_PROMPTS.values()) + list(BASELINE_PROMPTS.values())
+    texts += [system_prompt(d, categorical=c) for d in ("math", "coding", "writing")
+              for c in (True, False)]
     for domain in ("math", "coding", "writing"):
         texts += [t.prompt + " " + t.hidden for t in builtin_tasks(domain)]
     view = HostEpisodes.from_episodes(generate_episodes(jax.random.key(0), EnvParams(), 4))
@@ -25,13 +27,14 @@ def _corpus() -> list[str]:
     return texts
 
 
-def write_standin(path: str | Path, vocab_size: int = 1024) -> Path:
+def write_standin(path: str | Path, vocab_size: int = 4096) -> Path:
     from jaxtom.models import init_decoder, save_pretrained
     from jaxtom.models.config import ModelConfig
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     bpe = HFTokenizer(tm.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # no regex split: merges cross word boundaries, so the long system prompts collapse
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     bpe.decoder = decoders.ByteLevel()
     bpe.train_from_iterator(_corpus(), trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
