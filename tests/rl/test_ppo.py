@@ -230,3 +230,66 @@ def test_odd_rows_on_one_and_four_devices():
     one, four = np.asarray(out["one"]["params"]), np.asarray(out["four"]["params"])
     np.testing.assert_allclose(four, one, atol=3 * PPO.learning_rate * 1e-3)
     assert out["four"]["clip_last"] > 0
+
+
+MULTI = textwrap.dedent("""
+    import dataclasses, sys
+    import jax, numpy as np
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_default_matmul_precision", "highest")
+    nproc, pid, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if nproc > 1:
+        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+    assert jax.device_count() == 4
+    from jax.experimental import multihost_utils
+    from jaxtom import parallel, rl
+    from jaxtom.models import init_decoder
+    from tests.rl.common import TINY
+    from tests.rl.test_ppo import PPO, odd_batch
+
+    cfg = dataclasses.replace(PPO, ppo_epochs=1)
+    model = init_decoder(TINY, seed=1)
+    learner = rl.Learner(model, cfg, mesh=parallel.make_mesh(2, 2, 1))
+    state = learner.init_state(model)
+    # process 0 packed 4 rows and 3 prediction rows, process 1 only 3 and 2
+    local = [odd_batch(0, rows=4, pred_rows=3), odd_batch(1, rows=3, pred_rows=2)]
+    if nproc > 1:
+        batch = learner.put_batch(local[pid])
+    else:  # the layout two processes give: each one's rows padded to its share (18 of 36)
+        parts = [rl.batch.pad_rows(b, 18) for b in local]
+        batch = learner.put_batch(jax.tree.map(lambda *x: np.concatenate(x), *parts))
+    assert batch.tokens.shape[0] == 36 and batch.prediction.tokens.shape[0] == 36
+    state, metrics = learner.update(state, batch)
+    assert float(metrics["skipped"]) == 0.0 and float(metrics["clip_frac_last"]) > 0
+    leaves = [multihost_utils.process_allgather(x, tiled=True)
+              for x in jax.tree.leaves(state.params)]
+    if pid == 0:
+        np.save(out, np.concatenate([np.asarray(x, np.float64).ravel() for x in leaves]))
+""")
+
+
+@pytest.mark.slow  # three fresh JAX processes compiling the update: ~2 min on 2 cores
+def test_two_processes_with_unequal_rows_equal_one_process(tmp_path):
+    """put_batch on 2 processes x 2 devices whose rollouts packed different row counts:
+    they agree on the padded size, and the update equals one process x 4 devices fed the
+    same global layout."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    two = {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    procs = [subprocess.Popen([sys.executable, "-c", MULTI, "2", str(i), str(port),
+                               str(tmp_path / "multi.npy")], env=two, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    four = {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    single = subprocess.run([sys.executable, "-c", MULTI, "1", "0", "0",
+                             str(tmp_path / "single.npy")], env=four, cwd=ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert single.returncode == 0, single.stderr[-4000:]
+    multi, one = np.load(tmp_path / "multi.npy"), np.load(tmp_path / "single.npy")
+    np.testing.assert_allclose(multi, one, atol=3 * PPO.learning_rate * 1e-3)
