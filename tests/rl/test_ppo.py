@@ -4,6 +4,7 @@ off-policy ratios match the float64 NumPy reference, and odd row counts are padd
 simulated devices) instead of failing."""
 
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -63,22 +64,28 @@ def odd_batch(seed, rows=7, pred_rows=5, off_policy=False):
     return b.replace(prediction=rl.prediction_batch(ctx, tgt, num_rows=pred_rows, row_len=12))
 
 
-def single_update_learner(model, cfg):
+@functools.lru_cache(maxsize=None)
+def learner_for(cfg):
+    """One Learner (and so one set of compiled programs) per config for the whole module."""
+    return rl.Learner(tiny_model(), cfg)
+
+
+def single_update_learner(cfg):
     """The existing one-update rule (no mini-batches, no micro-batches, reference log-probs
     from the batch) on a schedule as long, in updates, as the PPO learner's."""
     u = cfg.updates_per_batch
-    return rl.Learner(model, dataclasses.replace(
+    return learner_for(dataclasses.replace(
         cfg, ppo_mini_batches=1, ppo_epochs=1, micro_batches=1, reference="batch",
         total_steps=cfg.total_steps * u, warmup_steps=cfg.warmup_steps * u))
 
 
-def sequential_reference(model, cfg, batch):
+def sequential_reference(cfg, batch):
     """By hand: score old (if absent) and reference log-probs with the rollout params, then
     one single-rule update per mini-batch (rows k, k+n, ... of the unpadded batch), in order.
     Returns the final state and, per update, (params before it, mini-batch, metrics)."""
     n = cfg.ppo_mini_batches
-    single = single_update_learner(model, cfg)
-    state = single.init_state(model)
+    single = single_update_learner(cfg)
+    state = single.init_state(tiny_model())
     initial = np.asarray(single.logprobs(state, batch))  # frozen copy = rollout params
     batch = batch.replace(old_logp=initial if batch.old_logp is None else batch.old_logp,
                           ref_logp=initial)
@@ -94,13 +101,13 @@ def sequential_reference(model, cfg, batch):
 @pytest.fixture(scope="module")
 def on_policy_run():
     """One padded PPO update (7 -> 9 rows, 5 -> 9 prediction rows) and its reference."""
-    model = tiny_model()
     batch = odd_batch(0)
-    learner = rl.Learner(model, PPO)
-    state = learner.init_state(model)
+    learner = learner_for(PPO)
+    state = learner.init_state(tiny_model())
+    init = params_array(state)
     new_state, metrics = learner.update(state, batch)
-    single, ref_state, trace = sequential_reference(model, PPO, batch)
-    return learner, new_state, metrics, ref_state, trace, params_array(single.init_state(model))
+    _, ref_state, trace = sequential_reference(PPO, batch)
+    return learner, new_state, metrics, ref_state, trace, init
 
 
 def test_update_equals_sequential_single_updates(on_policy_run):
@@ -146,12 +153,11 @@ def test_off_policy_losses_match_numpy_reference():
     """Rollout log-probs far from the policy's: ratios from ~0 to ~e^5, so the clip and the
     dual clip (c = 3) both act (the clip on every mini-batch); loss and per-token gradient are checked
     against the float64 reference at each mini-batch's starting params."""
-    cfg = dataclasses.replace(PPO, ppo_epochs=1)
-    model = tiny_model()
+    cfg = PPO
     batch = odd_batch(1, off_policy=True)
-    learner = rl.Learner(model, cfg)
-    state, metrics = learner.update(learner.init_state(model), batch)
-    single, ref_state, trace = sequential_reference(model, cfg, batch)
+    learner = learner_for(cfg)
+    state, metrics = learner.update(learner.init_state(tiny_model()), batch)
+    single, ref_state, trace = sequential_reference(cfg, batch)
     np.testing.assert_allclose(params_array(state), params_array(ref_state),
                                atol=cfg.updates_per_batch * cfg.learning_rate * 1e-3)
     losses, acting = [], []
@@ -192,32 +198,29 @@ def test_pad_rows_adds_empty_rows_only():
 
 
 SCRIPT = textwrap.dedent("""
-    import dataclasses, json
-    import jax, numpy as np
+    import json
+    import jax
     assert jax.device_count() == 4, jax.devices()
     jax.config.update("jax_default_matmul_precision", "highest")
     from jaxtom import parallel, rl
-    from jaxtom.models import init_decoder
-    from tests.rl.common import TINY, params_array
+    from tests.rl.common import params_array, tiny_model
     from tests.rl.test_ppo import PPO, odd_batch
 
-    cfg = dataclasses.replace(PPO, ppo_epochs=1)
-    out = {}
-    for name, mesh in (("one", None), ("four", parallel.make_mesh(2, 2, 1))):
-        model = init_decoder(TINY, seed=1)
-        learner = rl.Learner(model, cfg, mesh=mesh)
-        state = learner.init_state(model)
-        for seed in range(2):
-            batch = learner.put_batch(odd_batch(seed))
-            state, metrics = learner.update(state, batch)
-        out[name] = dict(params=params_array(state).tolist(), rows=batch.tokens.shape[0],
-                         pred_rows=batch.prediction.tokens.shape[0],
-                         clip_last=float(metrics["clip_frac_last"]))
-    print("RESULT " + json.dumps(out))
+    learner = rl.Learner(tiny_model(), PPO, mesh=parallel.make_mesh(2, 2, 1))
+    state = learner.init_state(tiny_model())
+    batch = learner.put_batch(odd_batch(0))
+    state, metrics = learner.update(state, batch)
+    q = state.params["layers"]["q_proj"].get_value()
+    print("RESULT " + json.dumps(dict(
+        params=params_array(state).tolist(), rows=batch.tokens.shape[0],
+        pred_rows=batch.prediction.tokens.shape[0], q_shards=len(q.sharding.device_set),
+        clip_last=float(metrics["clip_frac_last"]))))
 """)
 
 
-def test_odd_rows_on_one_and_four_devices():
+def test_odd_rows_on_four_devices_equal_one(on_policy_run):
+    """The fixture's 7/5-row update (padded to 9 on one device) on a 2 x 2 (data, fsdp)
+    mesh, where put_batch pads to 36 = 4-way data x 3 micro x 3 mini."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
            "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
@@ -225,11 +228,12 @@ def test_odd_rows_on_one_and_four_devices():
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
     out = json.loads(line[len("RESULT "):])
-    assert (out["one"]["rows"], out["one"]["pred_rows"]) == (9, 9)  # 1 x 3 micro x 3 mini
-    assert (out["four"]["rows"], out["four"]["pred_rows"]) == (36, 36)  # 4-way data x 3 x 3
-    one, four = np.asarray(out["one"]["params"]), np.asarray(out["four"]["params"])
-    np.testing.assert_allclose(four, one, atol=3 * PPO.learning_rate * 1e-3)
-    assert out["four"]["clip_last"] > 0
+    assert (out["rows"], out["pred_rows"]) == (36, 36)
+    assert out["q_shards"] == 4  # the weights really are split (fsdp)
+    _, state, metrics, _, _, _ = on_policy_run
+    np.testing.assert_allclose(np.asarray(out["params"]), params_array(state),
+                               atol=PPO.updates_per_batch * PPO.learning_rate * 1e-3)
+    assert out["clip_last"] == pytest.approx(float(metrics["clip_frac_last"]), abs=1e-6)
 
 
 MULTI = textwrap.dedent("""
