@@ -4,12 +4,15 @@ A rollout batch is split into `ppo_mini_batches` mini-batches, and each of `ppo_
 epochs takes one optimiser update per mini-batch (a `lax.scan` inside the one program), with
 old log-probs scored once by the rollout policy so the ratio and both clips act from the
 second update on. Rows are padded (never rejected) to the multiple the mesh and the splits
-need. Each update takes two gradients from two forwards: g_grpo of `L_GRPO - lambda_H H` on the policy
-rows, g_pred of `L_pred` on the prediction rows, caps the latter with eta (CToM eq. 7), then
-clips by global norm and applies AdamW. Losses are accumulated as sums over micro-batches and
-divided by counts taken from the whole batch, so any micro-batch split gives the same update.
-A batch with nothing to learn from (or non-finite gradients) leaves params and optimiser
-state untouched.
+need; padding rows carry no mask and change nothing.
+
+Each update takes two gradients from two forwards: g_grpo of `L_GRPO - lambda_H H` on the
+mini-batch's policy rows, g_pred of `L_pred` on its prediction rows, caps the latter with
+eta (CToM eq. 7), then clips by global norm and applies AdamW. Losses are token means over
+the mini-batch (as verl / EasyR1 take them), accumulated as sums over micro-batches and
+divided by counts taken from the whole mini-batch, so any micro-batch split gives the same
+update. A mini-batch with nothing to learn from (or non-finite gradients) leaves params and
+optimiser state untouched.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ class StepConfig:
       - bfloat16 params: 2 + 8 = 10, + 2 + 2. Updates below half a bf16 spacing (~6e-5 at
         |w| ~ 1e-2) round away: one lr-1e-6 update changes ~2% of the weights, not ~98%.
       - bfloat16 params, compensated_updates=True: 2 + 2 (compensation) + 8 = 12, + 2 + 2.
-        Kahan summation carries what rounding lost, so small updates accumulate (what
-        EasyR1's adamw_bf16 does); it saves the reference's and gradients' bytes only.
+        Kahan summation carries what rounding lost, so small updates accumulate (as the
+        compensated bf16 AdamW behind EasyR1's adamw_bf16 does); it saves only the
+        reference's and the gradients' bytes.
     """
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -386,7 +390,9 @@ class Learner:
         else:
             new_params, comp = compensated_add(params, comp, delta)
             new_opt = (new_opt, comp)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)  # noqa: E731
+        def keep(new, old):
+            return jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
+
         denom = jnp.maximum(n_policy, 1.0)
         metrics = {
             "loss_grpo": stats["grpo"], "grad_norm_grpo": global_norm(g_grpo),

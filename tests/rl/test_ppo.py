@@ -151,8 +151,8 @@ def test_schedule_counts_optimiser_updates(on_policy_run):
 
 def test_off_policy_losses_match_numpy_reference():
     """Rollout log-probs far from the policy's: ratios from ~0 to ~e^5, so the clip and the
-    dual clip (c = 3) both act (the clip on every mini-batch); loss and per-token gradient are checked
-    against the float64 reference at each mini-batch's starting params."""
+    dual clip (c = 3) both act (the clip on every mini-batch); loss and per-token gradient
+    are checked against the float64 reference at each mini-batch's starting params."""
     cfg = PPO
     batch = odd_batch(1, off_policy=True)
     learner = learner_for(cfg)
