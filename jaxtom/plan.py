@@ -260,10 +260,14 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
             "trainable_params": sum(math.prod(x.shape) for x in jax.tree.leaves(state.params))}
 
 
-def plan_rollout(config, mcfg, mesh) -> dict[str, Any]:
+def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     """Compiles the sampler's prefill + decode loop for one rollout (prompts x group size
     rows, prompts as long as `row_len - max_new_tokens`), sized as `sampling.generate` sizes
     it, through the sampler's own jit (`sampling._compiled`: same shardings, donated cache).
+
+    With several processes, each samples its share of the rows on its own devices from a
+    replica of the weights (`jaxtom.rl.distributed.local_replica`), so one process's program
+    is planned: rows / processes on a data-parallel mesh of its devices, weights replicated.
     """
     import dataclasses
 
@@ -277,8 +281,15 @@ def plan_rollout(config, mcfg, mesh) -> dict[str, Any]:
     t = config.trainer
     _, model = _abstract_model(config, mcfg)
     graphdef, params = nnx.split(model)
-    params = _with_shardings(params, parallel.state_shardings(params, mesh))
     n = t.prompts_per_step * t.group_size
+    if processes > 1:
+        local = mesh.devices.size // processes
+        mesh = parallel.make_mesh(local, 1, 1, devices=list(mesh.devices.flat)[:local])
+        params = _with_shardings(params, jax.tree.map(
+            lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), params))
+        n = -(-n // processes)
+    else:
+        params = _with_shardings(params, parallel.state_shardings(params, mesh))
     bucket = sampling.bucket
     B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
     T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
@@ -314,14 +325,26 @@ def plan_rollout(config, mcfg, mesh) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     from jaxtom.flops import inference_flops
     return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
+            "processes": processes, "replicated_weights": processes > 1,
             "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params)},
             "xla": _xla_memory(compiled),
-            "flops": inference_flops(mcfg.num_params(), n * (T + t.max_new_tokens)),
+            "flops": inference_flops(mcfg.num_params(), n * processes * (T + t.max_new_tokens)),
             "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled)}
 
 
+def check_processes(config, devices: int, processes: int) -> None:
+    """A run over several processes needs equal devices and equal prompt shares per process."""
+    if processes < 1 or devices % processes:
+        raise PlanError(f"--processes {processes} must be a positive divisor of the mesh's "
+                        f"{devices} devices (one process per host, equal devices per host)")
+    if config.trainer.prompts_per_step % processes:
+        raise PlanError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} must be a "
+                        f"multiple of --processes {processes}: each process samples an equal "
+                        "share")
+
+
 def plan(config, *, devices: int | None = None, rollout: bool = True,
-         headroom: float = DEFAULT_HEADROOM) -> dict[str, Any]:
+         headroom: float = DEFAULT_HEADROOM, processes: int = 1) -> dict[str, Any]:
     """Every figure of the plan as a dict (the JSON line). JAX must already see the devices."""
     import jax
 
@@ -333,6 +356,7 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         raise PlanError(f"mesh {sizes} needs {n} devices but JAX sees {jax.device_count()}; "
                         f"start Python with XLA_FLAGS=--xla_force_host_platform_device_count={n}"
                         " (the `jaxtom plan` command does this itself)")
+    check_processes(config, n, processes)
     mesh = parallel.make_mesh(*sizes, devices=jax.devices()[:n])
     mcfg = model_config(config.model)
     update = plan_update(config, mcfg, mesh)
@@ -341,15 +365,16 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
                   "params": mcfg.num_params(), "trainable_params": update.pop("trainable_params"),
                   "param_dtype": mcfg.param_dtype, "compute_dtype": mcfg.compute_dtype,
                   "lora_rank": config.model.lora_rank},
-        "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n},
+        "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n,
+                 "processes": processes},
         "update": update}
     peak = update["xla"]["peak"]
     if rollout:
-        r = plan_rollout(config, mcfg, mesh)
-        # while sampling, the whole train state stays resident; the sampler's own parameter
-        # arguments are those same buffers
-        r["peak_with_train_state"] = (update["memory"]["train_state"] - r["memory"]["model_state"]
-                                      + r["xla"]["peak"])
+        r = plan_rollout(config, mcfg, mesh, processes)
+        # while sampling, the whole train state stays resident; on one process the sampler's
+        # weights are the state's own buffers, on several they are an extra replica
+        shared = 0 if r["replicated_weights"] else r["memory"]["model_state"]
+        r["peak_with_train_state"] = update["memory"]["train_state"] - shared + r["xla"]["peak"]
         out["rollout"] = r
         peak = max(peak, r["peak_with_train_state"])
     s = config.step
@@ -382,8 +407,9 @@ def _size(x: float | None) -> str:
 def report(result: dict[str, Any]) -> str:
     """The human-readable table printed before the JSON line."""
     m, mesh, u = result["model"], result["mesh"], result["update"]
-    lines = [f"model {m['path'] or '(config sizes)'}: {m['family']}, {m['params'] / 1e9:.3f}B "
-             f"params ({m['trainable_params'] / 1e9:.3f}B trainable), params "
+    count = lambda n: f"{n / 1e9:.3f}B" if n >= 1e8 else f"{n:,}"  # noqa: E731
+    lines = [f"model {m['path'] or '(config sizes)'}: {m['family']}, {count(m['params'])} "
+             f"params ({count(m['trainable_params'])} trainable), params "
              f"{m['param_dtype']}, compute {m['compute_dtype']}",
              f"mesh data={mesh['data']} fsdp={mesh['fsdp']} tensor={mesh['tensor']} "
              f"({mesh['devices']} devices)",
@@ -398,9 +424,12 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"  {'XLA peak (args + outputs + temps)':<38}{_size(u['xla']['peak'])}")
     if "rollout" in result:
         r = result["rollout"]
-        lines += [f"rollout: {r['rows']} rows, prompt {r['prompt_len']} + cache {r['cache_len']} "
-                  f"slots, compiled in {r['compile_seconds']:.0f} s; per device:",
+        where = (f"per process ({r['processes']}), weights replicated" if r["replicated_weights"]
+                 else "one process")
+        lines += [f"rollout ({where}): {r['rows']} rows, prompt {r['prompt_len']} + cache "
+                  f"{r['cache_len']} slots, compiled in {r['compile_seconds']:.0f} s; per device:",
                   f"  {'KV cache':<38}{_size(r['memory']['kv_cache'])}",
+                  f"  {'sampler weights':<38}{_size(r['memory']['model_state'])}",
                   f"  {'XLA temporaries':<38}{_size(r['xla']['temporaries'])}",
                   f"  {'peak with the train state resident':<38}"
                   f"{_size(r['peak_with_train_state'])}"]
@@ -445,6 +474,7 @@ def run(args) -> int:
             raise PlanError(f"--headroom must be a fraction in (0, 1], got {args.headroom}")
         config = load_config(args.config, args.overrides)
         n = math.prod(mesh_sizes(config.mesh, args.devices))
+        check_processes(config, n, args.processes)
         model_config(config.model)
     except (ConfigError, PlanError) as err:
         print(str(err) if isinstance(err, ConfigError) else f"plan error: {err}",
@@ -460,6 +490,7 @@ def run(args) -> int:
                "--headroom", str(args.headroom)]
         cmd += ["--devices", str(args.devices)] if args.devices else []
         cmd += ["--no-rollout"] if args.no_rollout else []
+        cmd += ["--processes", str(args.processes)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         sys.stdout.write(done.stdout)
         sys.stderr.write(done.stderr)
@@ -469,7 +500,7 @@ def run(args) -> int:
     start = time.perf_counter()
     try:
         result = plan(config, devices=args.devices, rollout=not args.no_rollout,
-                      headroom=args.headroom)
+                      headroom=args.headroom, processes=args.processes)
     except (ConfigError, PlanError) as err:
         print(str(err) if isinstance(err, ConfigError) else f"plan error: {err}",
               file=sys.stderr)
@@ -488,6 +519,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="devices to plan for when the mesh has a -1 axis")
     p.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
                    help="fraction of each chip's memory a plan may fill (default 0.9)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="processes (hosts) the run spans; each samples its share of the "
+                        "rollout on a replica of the weights (default 1)")
     p.add_argument("--no-rollout", action="store_true",
                    help="plan the update step only (skip compiling the sampler)")
 

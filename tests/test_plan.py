@@ -70,15 +70,17 @@ def test_tiny_plan_figures_are_consistent(tiny_dir):
     common = (f"model.path={tiny_dir}", "trainer.prompts_per_step=3", "trainer.group_size=3",
               "trainer.row_len=64", "trainer.max_new_tokens=16", "step.kl_coef=0.01")
     two = plan_json(TOY, *common, "mesh.fsdp=2")
-    # a free axis takes the devices the others leave: fsdp=-1 on 4 devices
-    four = plan_json(TOY, *common, "mesh.fsdp=-1", "--devices", 4, "--no-rollout")
+    # a free axis takes the devices the others leave: fsdp=-1 on 4 devices; 2 processes
+    four = plan_json(TOY, *common, "trainer.prompts_per_step=4", "mesh.fsdp=-1", "--devices", 4,
+                     "--processes", 2)
     cfg = load_hf_config(tiny_dir)
-    for result, fsdp in ((two, 2), (four, 4)):
+    for result, fsdp, sequences in ((two, 2, 9), (four, 4, 12)):
         u, mem = result["update"], result["update"]["memory"]
-        assert result["mesh"] == {"data": 1, "fsdp": fsdp, "tensor": 1, "devices": fsdp}
+        assert result["mesh"] == {"data": 1, "fsdp": fsdp, "tensor": 1, "devices": fsdp,
+                                  "processes": fsdp // 2}
         assert result["model"]["params"] == cfg.num_params() == result["model"]["trainable_params"]
-        # 9 sequences, one per row, padded to a multiple of data x fsdp (micro/mini = 1)
-        assert u["rows"] == math.ceil(9 / fsdp) * fsdp and u["row_len"] == 64
+        # one sequence per row, padded to a multiple of data x fsdp (micro/mini = 1)
+        assert u["rows"] == math.ceil(sequences / fsdp) * fsdp and u["row_len"] == 64
         assert mem["params"] == sharded_param_bytes(cfg, fsdp)
         assert mem["frozen_params"] == 0  # full fine-tuning
         assert mem["reference_params"] == mem["params"]  # kl_coef > 0: a frozen copy
@@ -105,6 +107,17 @@ def test_tiny_plan_figures_are_consistent(tiny_dir):
     assert r["xla"]["aliased"] == pytest.approx(kv, rel=1e-3)  # the cache is donated
     assert r["peak_with_train_state"] > two["update"]["memory"]["train_state"]
     assert r["flops"] == 2 * cfg.num_params() * 9 * (48 + 16)
+    assert r["memory"]["model_state"] == two["update"]["memory"]["params"]  # the state's own
+
+    # 2 processes x 2 devices: each samples 12 rows / 2 = 6 on its 2 devices, on an unsharded
+    # replica of the weights that comes on top of the train state
+    r4 = four["rollout"]
+    assert r4["processes"] == 2 and r4["replicated_weights"] and r4["rows"] == 6
+    assert r4["memory"]["model_state"] == cfg.num_params() * 4
+    assert r4["memory"]["kv_cache"] == 2 * cfg.num_layers * 3 * cfg.num_kv_heads * 64 \
+        * cfg.head_dim * 4
+    assert r4["peak_with_train_state"] == (four["update"]["memory"]["train_state"]
+                                           + r4["xla"]["peak"])
 
 
 @pytest.mark.parametrize("extra", [(), ("model.lora_rank=8", "step.lora=true")])
@@ -126,6 +139,10 @@ def test_update_flops_match_xla_on_one_device(tiny_dir, extra):
     (("no_such.field=1",), "config error: no_such.field"),
     (("mesh.fsdp=-1",), "plan error: mesh (data, fsdp, tensor)=(1, -1, 1) has a -1 axis"),
     (("mesh.fsdp=2", "--devices", "4"), "plan error: --devices 4 disagrees"),
+    (("mesh.fsdp=4", "--processes", "3"), "plan error: --processes 3 must be a positive"),
+    (("mesh.fsdp=4", "trainer.prompts_per_step=3", "--processes", "2"),
+     "plan error: trainer.prompts_per_step=3 must be a multiple of --processes 2"),
+    (("--headroom", "1.5"), "plan error: --headroom must be a fraction in (0, 1]"),
 ])
 def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
     assert plan.main([TOY, f"model.path={tiny_dir}", *args]) == 2
