@@ -426,8 +426,12 @@ class Learner:
                                                      ref_in_batch)
             return (params, opt_state), metrics
 
-        (params, opt_state), per_update = jax.lax.scan(
-            body, (state.params, state.opt_state), jnp.arange(updates))
+        carry = (state.params, state.opt_state)
+        if updates == 1:  # no loop around the common single update
+            (params, opt_state), metrics = body(carry, jnp.int32(0))
+            per_update = jax.tree.map(lambda x: x[None], metrics)
+        else:
+            (params, opt_state), per_update = jax.lax.scan(body, carry, jnp.arange(updates))
         metrics = {k: jnp.mean(v) for k, v in per_update.items()}
         metrics["policy_tokens"] = jnp.sum(batch.policy_mask).astype(jnp.float32)
         metrics["clip_frac_last"] = per_update["clip_frac"][-1]
