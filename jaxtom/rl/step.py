@@ -233,7 +233,8 @@ class Learner:
 
         Compiled once per batch structure and shapes; `state` is donated. Rows that are not
         a multiple of `row_multiple` are padded inside the program (`put_batch` pads first,
-        so its arrays arrive sharded).
+        so its arrays arrive sharded). With several updates per batch, `batch.old_logp` (the
+        sampler's log-probs) is used as given, and scored by the current params when None.
         """
         key = (jax.tree.structure(batch),
                tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
@@ -390,6 +391,7 @@ class Learner:
         else:
             new_params, comp = compensated_add(params, comp, delta)
             new_opt = (new_opt, comp)
+
         def keep(new, old):
             return jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
 
