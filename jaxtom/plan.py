@@ -4,13 +4,14 @@ The plan compiles the config's real GRPO update step (`jaxtom.rl.step.Learner`, 
 state and batch shardings) and the rollout sampler's prefill + decode (`jaxtom.sampling`)
 ahead of time on simulated CPU devices arranged like the config's mesh. Parameters are
 shape-only (`nnx.eval_shape` from the model's `config.json`): no weights are read and no array
-is allocated, so a 8B model's step plans on a laptop. XLA's buffer assignment then says what
+is allocated, so an 8B model's step plans on a laptop. XLA's buffer assignment then says what
 one device holds; the parameter, optimiser and gradient figures are computed from the same
-shardings, so the two can be checked against each other.
+shardings, so the two can be checked against each other. `--processes P` plans a run over P
+hosts, whose rollouts sample each host's share on a replica of the weights.
 
 What it is not: XLA on CPU fuses and schedules differently from XLA on GPU/TPU, and bf16 dots
-may get f32 temporaries on CPU, so the temporaries are an estimate (typically on the high
-side), not a measurement. FLOPs are counted analytically from the model's shapes because
+may get f32 temporaries on CPU, so the temporaries are an estimate that can differ either
+way on the real chip, not a measurement. FLOPs are counted analytically from the model's shapes because
 XLA's cost analysis counts a scanned loop's body once (36 layers count as 1); XLA's own
 count is reported beside them under a name that says so.
 

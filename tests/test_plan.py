@@ -185,3 +185,17 @@ def test_qwen3_4b_paper_config_plans_from_config_json_alone(tmp_path):
     assert 4 * 4_022_468_096 / n <= mem["params"] < 4 * 4_022_468_096 / n + 2 ** 22
     assert result["rollout"]["memory"]["kv_cache"] > 0
     assert result["seconds"] < 600
+
+
+def test_replans_in_a_fresh_process_when_jax_already_started(tiny_dir):
+    """Inside a process whose JAX already runs on 1 device (a notebook, say), `run` cannot
+    add devices, so it plans in a child process with the device count set."""
+    script = ("import jax, sys; assert jax.device_count() == 1; from jaxtom import plan; "
+              f"sys.exit(plan.main([{TOY!r}, 'model.path={tiny_dir}', 'mesh.fsdp=2', "
+              "'--no-rollout']))")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["mesh"]["devices"] == 2 and "rollout" not in result
