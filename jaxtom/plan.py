@@ -11,9 +11,9 @@ hosts, whose rollouts sample each host's share on a replica of the weights.
 
 What it is not: XLA on CPU fuses and schedules differently from XLA on GPU/TPU, and bf16 dots
 may get f32 temporaries on CPU, so the temporaries are an estimate that can differ either
-way on the real chip, not a measurement. FLOPs are counted analytically from the model's shapes because
-XLA's cost analysis counts a scanned loop's body once (36 layers count as 1); XLA's own
-count is reported beside them under a name that says so.
+way on the real chip, not a measurement. FLOPs are counted analytically from the model's
+shapes because XLA's cost analysis counts a scanned loop's body once (36 layers count as 1);
+XLA's own count is reported beside them under a name that says so.
 
 The last line printed is one JSON object with every figure.
 """
