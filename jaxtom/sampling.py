@@ -1,16 +1,18 @@
-"""Batched generation with a KV cache: one jitted prefill + `lax.while_loop` decode.
+"""Batched generation with a KV cache: a jitted prefill, then a jitted `lax.while_loop` decode.
 
 Every row keeps its own cache length, so prompts of different lengths need no left padding
-and RoPE positions stay exact. The cache is donated into the jitted call and handed back in
+and RoPE positions stay exact. The cache is donated into the jitted calls and handed back in
 `GenerationResult.state`; passing that state to the next `generate` call appends new tokens
 after what is already cached (the CToM controller's phase-by-phase use), costing only the
 new tokens' prefill.
 
-Compilation is bounded: the batch, the prompt chunk, the output buffer and the cache are
-padded to geometric buckets (`bucket`), `max_new_tokens` is a run-time value inside a
-static-size buffer, and only the settings in `LoopConfig` are static. A training run whose
-prompts vary in length therefore compiles one program per prompt-length bucket, and phases
-with different token caps share one program. The loop ends as soon as every row has stopped.
+Compilation is bounded. The batch, the prompt chunk and the cache are padded to geometric
+buckets (`bucket`), the output buffer to a power of two, and `max_new_tokens` is a run-time
+value inside that buffer; only the settings in `LoopConfig` are static. The prefill and the
+decode loop are separate programs, so the decode loop (the slow one to compile: its layers
+are unrolled) depends on the prompt length only through the cache-size bucket: a training
+run compiles one cheap prefill per prompt-length bucket and a few decode loops, and phases
+with different token caps share them. The loop ends as soon as every row has stopped.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class LoopConfig:
 class LoopState:
     """What the decode `while_loop` carries from one step to the next."""
     step: jax.Array  # [] int32: tokens produced per row so far (the next buffer column)
-    keys: tuple[jax.Array, ...]  # per-layer key caches [B, kv_heads, slots, head_dim]
+    keys: tuple[jax.Array, ...]  # per-layer key caches [B, kv_heads, slots, head_dim] (decode)
     values: tuple[jax.Array, ...]  # per-layer value caches, same shape
     lengths: jax.Array  # [B] int32 cache slots holding real tokens
     token: jax.Array  # [B] int32 last token, not yet written into the cache
@@ -79,12 +81,16 @@ class LoopState:
     n_new: jax.Array  # [B] int32 tokens produced per row (stop token included)
 
 
-class LoopInputs(NamedTuple):
-    """Per-call arrays of the compiled loop (traced: new values never recompile)."""
+class PromptChunk(NamedTuple):
+    """The tokens the prefill appends to each row; its shapes key the prefill program only."""
     tokens: jax.Array  # [B, T] prompt chunk, padded
     chunk_lens: jax.Array  # [B] real tokens in each row's chunk
     starts: jax.Array  # [B] cache slots already filled (resume), else 0
     active: jax.Array  # [B] bool: a real row (not batch padding)
+
+
+class SamplingInputs(NamedTuple):
+    """Per-call sampling values (traced: new values never recompile)."""
     row_ids: jax.Array  # [B] uint32: the id each row's key is folded with
     key: jax.Array
     max_new: jax.Array  # [] int32 run-time cap on new tokens, <= LoopConfig.buffer_len
@@ -135,48 +141,72 @@ def choose_tokens(logits, keys, temperature, top_k, top_p, use_filter: bool, gre
     return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
 
 
-# Python-side count of traces of the sampler loop per config; tests read it to check that
-# varied prompt lengths and token caps compile a bounded number of programs.
-TRACE_COUNT: dict[LoopConfig, int] = {}
+# Python-side count of traces of the two programs; tests read it to check that varied prompt
+# lengths and token caps compile a bounded number of programs.
+TRACE_COUNT: dict[str, int] = {"prefill": 0, "decode": 0}
 
 
-def _sample_loop(graphdef, config: LoopConfig, params, cache: KVCache, inp: LoopInputs):
-    """Prefill + decode loop (jitted by `_compiled`); returns the final `LoopState` pieces."""
-    TRACE_COUNT[config] = TRACE_COUNT.get(config, 0) + 1
-    model = nnx.merge(graphdef, params)
-    B = inp.tokens.shape[0]
-    n_str = inp.stop_tables.shape[0]
-    keys = row_keys(inp.key, inp.row_ids)
+class _Sampler:
+    """Token choice and stop detection shared by the prefill and the decode programs."""
 
-    def stopped(tok, sstate):
-        hit = jnp.isin(tok, inp.stop_ids)
+    def __init__(self, config: LoopConfig, inp: SamplingInputs):
+        self.config, self.inp = config, inp
+        self.keys = row_keys(inp.key, inp.row_ids)
+
+    def choose(self, logits, step):
+        inp = self.inp
+        return choose_tokens(logits, step_keys(self.keys, step), inp.temperature, inp.top_k,
+                             inp.top_p, self.config.use_filter, self.config.greedy)
+
+    def stopped(self, tok, sstate):
+        """(did `tok` stop the row, the stop-string automata's next states)."""
+        tables = self.inp.stop_tables
+        hit = jnp.isin(tok, self.inp.stop_ids)
+        n_str = tables.shape[0]
         if n_str:
-            sstate = inp.stop_tables[jnp.arange(n_str)[None, :], sstate, tok[:, None]]
-            sstate = sstate.astype(jnp.int32)
+            sstate = tables[jnp.arange(n_str)[None, :], sstate, tok[:, None]].astype(jnp.int32)
             hit = hit | jnp.any(sstate == MATCHED, axis=-1)
             sstate = jnp.maximum(sstate, 0)
         return hit, sstate
 
-    def choose(logits, step):
-        return choose_tokens(logits, step_keys(keys, step), inp.temperature, inp.top_k,
-                             inp.top_p, config.use_filter, config.greedy)
 
-    logits, cache = model.forward_cached(inp.tokens, cache, inp.starts)
-    last = jnp.take_along_axis(logits, (inp.chunk_lens - 1)[:, None, None], axis=1)[:, 0]
-    tok, lp = choose(last, 0)
-    hit, sstate = stopped(tok, jnp.zeros((B, n_str), jnp.int32))
-    pad = config.pad_id
-    state = LoopState(
-        step=jnp.int32(1),
-        # the decode loop runs on per-layer weights and caches: see Decoder.forward_layers_cached
-        keys=tuple(cache.k), values=tuple(cache.v),
-        lengths=inp.starts + inp.chunk_lens, token=tok,
-        done=hit | ~inp.active | (inp.max_new <= 1), finished=hit & inp.active,
+def _prefill(graphdef, config: LoopConfig, params, cache: KVCache, chunk: PromptChunk,
+             inp: SamplingInputs) -> tuple[KVCache, LoopState]:
+    """Runs the prompt chunk through the cache and chooses each row's first token.
+
+    A program of its own, so that the decode loop (the expensive one to compile: its layers
+    are unrolled) does not depend on the prompt chunk's length. The cache goes out stacked,
+    as it came in (the state's per-layer fields are left empty), so each program can reuse
+    its donated input buffer for its output.
+    """
+    TRACE_COUNT["prefill"] += 1
+    model = nnx.merge(graphdef, params)
+    sampler = _Sampler(config, inp)
+    B = chunk.tokens.shape[0]
+    logits, cache = model.forward_cached(chunk.tokens, cache, chunk.starts)
+    last = jnp.take_along_axis(logits, (chunk.chunk_lens - 1)[:, None, None], axis=1)[:, 0]
+    tok, lp = sampler.choose(last, 0)
+    hit, sstate = sampler.stopped(tok, jnp.zeros((B, inp.stop_tables.shape[0]), jnp.int32))
+    return cache, LoopState(
+        step=jnp.int32(1), keys=(), values=(), lengths=chunk.starts + chunk.chunk_lens, token=tok,
+        done=hit | ~chunk.active | (inp.max_new <= 1), finished=hit & chunk.active,
         stop_state=sstate,
-        tokens=jnp.full((B, config.buffer_len), pad, jnp.int32).at[:, 0].set(tok),
+        tokens=jnp.full((B, config.buffer_len), config.pad_id, jnp.int32).at[:, 0].set(tok),
         logprobs=jnp.zeros((B, config.buffer_len), jnp.float32).at[:, 0].set(lp),
         n_new=jnp.ones((B,), jnp.int32))
+
+
+def _decode(graphdef, config: LoopConfig, params, cache: KVCache, state: LoopState,
+            inp: SamplingInputs):
+    """The decode `while_loop`: one token per row per step until every row is done or the
+    run-time cap is reached; returns the stacked cache and the final state (outputs in it)."""
+    TRACE_COUNT["decode"] += 1
+    model = nnx.merge(graphdef, params)
+    sampler = _Sampler(config, inp)
+    # the loop runs on per-layer weights and caches: see Decoder.forward_layers_cached
     layers = model.layer_arrays()
+    state = state.replace(keys=tuple(cache.k), values=tuple(cache.v))
+    pad = config.pad_id
 
     def cond(s: LoopState):
         return (s.step < inp.max_new) & ~jnp.all(s.done)
@@ -185,8 +215,8 @@ def _sample_loop(graphdef, config: LoopConfig, params, cache: KVCache, inp: Loop
         logits, ks, vs = model.forward_layers_cached(s.token[:, None], s.keys, s.values,
                                                      s.lengths, layers)
         live = ~s.done
-        new, lp = choose(logits[:, 0], s.step)
-        hit, new_sstate = stopped(new, s.stop_state)
+        new, lp = sampler.choose(logits[:, 0], s.step)
+        hit, new_sstate = sampler.stopped(new, s.stop_state)
         n_new = s.n_new + live.astype(jnp.int32)
         return LoopState(
             step=s.step + 1, keys=tuple(ks), values=tuple(vs),
@@ -200,32 +230,43 @@ def _sample_loop(graphdef, config: LoopConfig, params, cache: KVCache, inp: Loop
             n_new=n_new)
 
     s = jax.lax.while_loop(cond, body, state)
-    cache = KVCache(jnp.stack(s.keys), jnp.stack(s.values))
-    return s.tokens, s.logprobs, s.n_new, s.finished, cache, s.lengths, s.token, s.step
+    return KVCache(jnp.stack(s.keys), jnp.stack(s.values)), s.replace(keys=(), values=())
 
 
 _COMPILED: dict[Any, Any] = {}
 
 
 def _compiled(graphdef, config: LoopConfig, mesh, params):
+    """(prefill, decode) jitted for one model structure, static config and mesh; the cache
+    (and the loop state holding it) is donated from one to the next."""
     key = (graphdef, config, mesh)
     if key not in _COMPILED:
-        fn = lambda params, cache, inp: _sample_loop(graphdef, config, params, cache, inp)  # noqa: E731
+        prefill = lambda params, cache, chunk, inp: _prefill(  # noqa: E731
+            graphdef, config, params, cache, chunk, inp)
+        decode = lambda params, cache, state, inp: _decode(  # noqa: E731
+            graphdef, config, params, cache, state, inp)
         if mesh is None:
-            _COMPILED[key] = jax.jit(fn, donate_argnums=(1,))
+            _COMPILED[key] = (jax.jit(prefill, donate_argnums=(1,)),
+                              jax.jit(decode, donate_argnums=(1, 2)))
         else:
             rep = NamedSharding(mesh, PartitionSpec())
             row = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
             mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
             cache = cache_sharding(mesh)
-            inputs = LoopInputs(tokens=mat, chunk_lens=row, starts=row, active=row, row_ids=row,
-                                key=rep, max_new=rep, temperature=rep, top_k=rep, top_p=rep,
-                                stop_ids=rep, stop_tables=rep)
-            _COMPILED[key] = jax.jit(
-                fn, donate_argnums=(1,),
-                in_shardings=(jax.tree.map(lambda x: x.sharding, params),
-                              KVCache(cache, cache), inputs),
-                out_shardings=(mat, mat, row, row, KVCache(cache, cache), row, row, rep))
+            params_sh = jax.tree.map(lambda x: x.sharding, params)
+            state = LoopState(step=rep, keys=(), values=(),
+                              lengths=row, token=row, done=row, finished=row, stop_state=mat,
+                              tokens=mat, logprobs=mat, n_new=row)
+            chunk = PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row)
+            inputs = SamplingInputs(row_ids=row, key=rep, max_new=rep, temperature=rep,
+                                    top_k=rep, top_p=rep, stop_ids=rep, stop_tables=rep)
+            _COMPILED[key] = (
+                jax.jit(prefill, donate_argnums=(1,),
+                        in_shardings=(params_sh, KVCache(cache, cache), chunk, inputs),
+                        out_shardings=(KVCache(cache, cache), state)),
+                jax.jit(decode, donate_argnums=(1, 2),
+                        in_shardings=(params_sh, KVCache(cache, cache), state, inputs),
+                        out_shardings=(KVCache(cache, cache), state)))
     return _COMPILED[key]
 
 
@@ -278,14 +319,15 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     sampling all prompts would. Resuming restarts the step count: pass a fresh key.
 
     `max_new_tokens` is a run-time value; the compiled loop's output buffer has
-    `buffer_len` columns (default: `max_new_tokens` rounded up by `bucket`). Pass the
-    largest cap of a run as `buffer_len` to have every phase share one program.
+    `buffer_len` columns (default: `max_new_tokens` rounded up to a power of two, at least
+    16). Pass the largest cap of a run as `buffer_len` to have every phase share one
+    decode program.
     """
     cfg = model.config
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if buffer_len is None:
-        buffer_len = bucket(max_new_tokens, 16)
+    if buffer_len is None:  # powers of two: phases with different caps share few programs
+        buffer_len = 1 << max(4, (max_new_tokens - 1).bit_length())
     elif buffer_len < max_new_tokens:
         raise ValueError(f"buffer_len={buffer_len} is smaller than max_new_tokens="
                          f"{max_new_tokens}")
@@ -360,18 +402,21 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     greedy = temperature <= 0
     config = LoopConfig(buffer_len=int(buffer_len), greedy=greedy,
                         use_filter=not greedy and (top_k > 0 or top_p < 1.0), pad_id=int(pad_id))
-    fn = _compiled(graphdef, config, mesh, params)
+    prefill, decode = _compiled(graphdef, config, mesh, params)
     if mesh is not None:
         cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
-    inputs = LoopInputs(
-        tokens=tokens, chunk_lens=lens, starts=starts, active=np.arange(B) < n_real,
+    chunk = PromptChunk(tokens=tokens, chunk_lens=lens, starts=starts,
+                        active=np.arange(B) < n_real)
+    inputs = SamplingInputs(
         row_ids=np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32),
         key=key, max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
         top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
         stop_tables=tables)
-    out_tok, out_lp, n_gen, finished, cache, lengths, pending, steps = fn(params, cache, inputs)
+    cache, state = prefill(params, cache, chunk, inputs)
+    cache, state = decode(params, cache, state, inputs)
     out_tok, out_lp, n_gen, finished, lengths, pending, steps = jax.device_get(
-        (out_tok, out_lp, n_gen, finished, lengths, pending, steps))
+        (state.tokens, state.logprobs, state.n_new, state.finished, state.lengths, state.token,
+         state.step))
     out_tok = np.asarray(out_tok[:n_real, :max_new_tokens])
     n_gen = np.asarray(n_gen[:n_real])
     texts = None

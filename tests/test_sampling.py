@@ -202,17 +202,23 @@ def test_loop_exits_when_every_row_has_stopped(qwen):
     assert out.steps == int(out.lengths.max()) <= 2
 
 
-def test_compiles_one_program_per_prompt_length_bucket(qwen):
-    """Varied prompt lengths and token caps of one run compile one program per T bucket."""
+def test_compilations_are_bounded_across_prompt_lengths_and_caps(qwen):
+    """Varied prompt lengths and token caps compile one prefill per prompt-length bucket and
+    one decode loop per (buffer, cache) bucket, not one program per call."""
     model, _ = qwen
     rng = np.random.default_rng(2)
-    calls = [(1, 2), (3, 16), (8, 5), (9, 11), (10, 2), (17, 7), (20, 16), (19, 1)]
+    calls = [(1, 2), (3, 16), (8, 5), (9, 11), (10, 2), (17, 7), (20, 16), (19, 1), (5, 30),
+             (18, 17)]
     sampling._COMPILED.clear()  # fresh jit wrappers: earlier tests' programs do not count
-    before = sum(sampling.TRACE_COUNT.values())
+    before = dict(sampling.TRACE_COUNT)
     for length, cap in calls:
         prompts = [rng.integers(1, 256, length).tolist(), [7]]
         out = sampling.generate(model, prompts, max_new_tokens=cap, temperature=0.7,
                                 key=jax.random.key(length), stop_at_eos=False)
         assert list(out.lengths) == [cap, cap]
-    traced = sum(sampling.TRACE_COUNT.values()) - before
-    assert traced == len({sampling.bucket(n, 8) for n, _ in calls}) == 3
+    traced = {k: sampling.TRACE_COUNT[k] - before[k] for k in before}
+    # prompt buckets 8, 10, 20 (x a second buffer for the caps above 16: 8 and 20 again);
+    # buffers 16 and 32; every cache fits the first 64-slot bucket
+    prefill_shapes = {(sampling.bucket(n, 8), 16 if cap <= 16 else 32) for n, cap in calls}
+    assert traced == {"prefill": len(prefill_shapes), "decode": 2}
+    assert len(prefill_shapes) == 5
