@@ -21,6 +21,7 @@ The last line printed is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -171,14 +172,16 @@ def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0) -> float:
     return 2.0 * rows * seq * (weights + attention)
 
 
-def update_flops(config, mcfg, rows: int, seq: int) -> float:
+def update_flops(config, mcfg, rows: int, seq: int, pred_rows: int = 0,
+                 pred_seq: int = 0) -> float:
     """FLOPs of one rollout batch's update program over `rows` rows of `seq` tokens.
 
     Every epoch runs the policy forward + backward over all rows (split into mini-batches);
     full fine-tuning's backward costs two forwards (activation and weight gradients), under
     LoRA the frozen weights need only activation gradients, so about one. The reference
     forward runs once; with several updates per batch the rollout policy's log-probs are
-    scored once more before the first update.
+    scored once more before the first update. Prediction rows (CToM) get a forward and
+    backward of their own loss in every epoch.
     """
     step = config.step
     lora = config.model.lora_rank
@@ -188,7 +191,9 @@ def update_flops(config, mcfg, rows: int, seq: int) -> float:
     policy = epochs * (fwd + (fwd if lora else 2 * fwd))
     ref = fwd if step.resolved_reference() in ("frozen_copy", "lora_disabled") else 0.0
     old = fwd if updates > 1 else 0.0
-    return policy + ref + old
+    pred_fwd = forward_flops(mcfg, pred_rows, pred_seq, lora) if pred_rows else 0.0
+    pred = epochs * (pred_fwd + (pred_fwd if lora else 2 * pred_fwd))
+    return policy + ref + old + pred
 
 
 # ---- compiling --------------------------------------------------------------------------
@@ -207,20 +212,38 @@ def _abstract_model(config, mcfg):
     return build, nnx.eval_shape(build)
 
 
-def _abstract_batch(config, mcfg, rows: int):
+def prediction_rows(config) -> tuple[int, int] | None:
+    """(rows, row_len) of CToM's prediction sub-batch when the config fixes them; None when
+    the step has no prediction loss. rows is 0 when it is sized from the data (one row per
+    target reply), which a plan cannot know: such a plan leaves the sub-batch out."""
+    if config.step.lambda_pred <= 0:
+        return None
+    section = getattr(config, "ctom", None)
+    return (int(getattr(section, "pred_rows", 0) or 0),
+            int(getattr(section, "pred_row_len", 0) or config.trainer.row_len))
+
+
+def _abstract_batch(config, mcfg, rows: int, multiple: int):
     import jax
     import jax.numpy as jnp
 
-    from jaxtom.rl.batch import Batch
+    from jaxtom.rl.batch import Batch, PredictionBatch
 
     T = config.trainer.row_len
     s = config.step
     i32 = jax.ShapeDtypeStruct((rows, T), jnp.int32)
     f32 = jax.ShapeDtypeStruct((rows, T), jnp.float32)
+    prediction = None
+    pred = prediction_rows(config)
+    if pred and pred[0]:  # padded like the policy rows (`jaxtom.rl.batch.pad_rows`)
+        shape = (-(-pred[0] // multiple) * multiple, pred[1])
+        p_i32, p_f32 = (jax.ShapeDtypeStruct(shape, d) for d in (jnp.int32, jnp.float32))
+        prediction = PredictionBatch(tokens=p_i32, positions=p_i32, segment_ids=p_i32,
+                                     target_mask=p_f32)
     # as the trainer packs it: old log-probs are scored inside the update (not in the batch)
     return Batch(tokens=i32, positions=i32, segment_ids=i32, policy_mask=f32, advantages=f32,
                  group_ids=i32, ref_logp=f32 if s.resolved_reference() == "batch" else None,
-                 decision_mask=f32 if s.lambda_entropy > 0 else None)
+                 decision_mask=f32 if s.lambda_entropy > 0 else None, prediction=prediction)
 
 
 def plan_update(config, mcfg, mesh) -> dict[str, Any]:
@@ -235,7 +258,7 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
     state = jax.eval_shape(lambda: learner.init_state(build(), seed=0))
     state = _with_shardings(state, learner.state_shardings(state))
     rows = padded_rows(rollout_rows(config), learner)
-    batch = _abstract_batch(config, mcfg, rows)
+    batch = _abstract_batch(config, mcfg, rows, padded_rows(1, learner))
     batch = _with_shardings(batch, learner.batch_shardings(batch))
     # the jit Learner.update builds: same shardings, state donated, one program per rollout
     state_sh = jax.tree.map(lambda x: x.sharding, state)
@@ -253,11 +276,18 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
               "gradients": params,  # one gradient per trainable parameter, sharded alike
               "train_state": device_bytes(state), "batch": device_bytes(batch)}
     xla = _xla_memory(compiled)
+    s, dp = config.step, mesh.shape["data"] * mesh.shape["fsdp"]
+    per_micro = rows // (dp * s.micro_batches * getattr(s, "ppo_mini_batches", 1))
+    pred = prediction_rows(config)
+    p_rows, p_len = batch.prediction.tokens.shape if batch.prediction is not None else (0, 0)
     return {"rows": rows, "row_len": config.trainer.row_len, "compile_seconds": seconds,
+            "rows_per_device_per_micro_batch": per_micro,
+            "prediction_rows": p_rows, "prediction_row_len": p_len,
+            "prediction_rows_left_out": bool(pred is not None and not pred[0]),
             "memory": memory, "xla": xla, "model_state": device_bytes(state.params) +
             device_bytes(state.frozen), "xla_flops_per_device_loop_bodies_once":
             _xla_flops(compiled),
-            "flops": update_flops(config, mcfg, rows, config.trainer.row_len),
+            "flops": update_flops(config, mcfg, rows, config.trainer.row_len, p_rows, p_len),
             "trainable_params": sum(math.prod(x.shape) for x in jax.tree.leaves(state.params))}
 
 
@@ -306,31 +336,68 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     # sampler fails here naming the field instead of planning a different program
     statics = {"buffer_len": buffer_len, "greedy": greedy,
                "use_filter": not greedy and t.top_p < 1.0, "pad_id": t.pad_id}
-    inputs = {"tokens": sds((B, T), jnp.int32), "chunk_lens": sds((B,), jnp.int32),
+    fields = {"tokens": sds((B, T), jnp.int32), "chunk_lens": sds((B,), jnp.int32),
               "starts": sds((B,), jnp.int32), "active": sds((B,), jnp.bool_),
               "row_ids": sds((B,), jnp.uint32),
               "key": jax.eval_shape(lambda: jax.random.key(0)), "max_new": sds((), jnp.int32),
               "temperature": sds((), jnp.float32), "top_k": sds((), jnp.int32),
               "top_p": sds((), jnp.float32), "stop_ids": sds((n_stop,), jnp.int32),
               "stop_tables": sds((0, 1, mcfg.vocab_size), jnp.int16)}
-    unknown = ([f.name for f in dataclasses.fields(sampling.LoopConfig)
-                if f.name not in statics] + [f for f in sampling.LoopInputs._fields
-                                             if f not in inputs])
-    if unknown:
-        raise PlanError(f"the sampler takes {unknown}, which jaxtom.plan does not know how to "
-                        "size; update jaxtom.plan.plan_rollout")
-    loop = sampling.LoopConfig(**statics)
-    fn = sampling._compiled(graphdef, loop, mesh, params)
+
+    def build(cls, known):
+        names = ([f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls)
+                 else list(cls._fields))
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise PlanError(f"the sampler's {cls.__name__} takes {unknown}, which jaxtom.plan "
+                            "does not know how to size; update jaxtom.plan.plan_rollout (or "
+                            "plan with --no-rollout)")
+        return cls(**{name: known[name] for name in names})
+
+    loop = build(sampling.LoopConfig, statics)
+    extra = ([mcfg.num_layers] if "n_layers" in inspect.signature(sampling._compiled).parameters
+             else [])
+    fns = sampling._compiled(graphdef, loop, mesh, params, *extra)
+    inputs_cls = getattr(sampling, "SamplingInputs", None) or getattr(sampling, "LoopInputs")
+    values = {"params": params, "cache": cache, "inp": build(inputs_cls, fields)}
+    if hasattr(sampling, "PromptChunk"):
+        values["chunk"] = build(sampling.PromptChunk, fields)
+    # one program (prefill + decode), or a prefill whose outputs (cache, loop state) feed a
+    # decode program: each program's arguments by its parameter names
+    named = (dict(zip(("prefill", "decode"), fns)) if isinstance(fns, tuple)
+             else {"sampler": fns})
     start = time.perf_counter()
-    compiled = fn.lower(params, cache, sampling.LoopInputs(**inputs)).compile()
+    programs = {}
+    for name, fn in named.items():
+        wanted = list(inspect.signature(fn).parameters)
+        missing = [w for w in wanted if w not in values]
+        if missing:
+            raise PlanError(f"the sampler's {name} program takes {missing}, which jaxtom.plan "
+                            "does not know how to size; update jaxtom.plan.plan_rollout (or "
+                            "plan with --no-rollout)")
+        args = [values[w] for w in wanted]
+        programs[name] = fn.lower(*args).compile()
+        for out in jax.tree.leaves(jax.eval_shape(fn, *args),
+                                   is_leaf=lambda x: isinstance(x, (KVCache,
+                                                                    getattr(sampling, "LoopState",
+                                                                            KVCache)))):
+            if isinstance(out, KVCache):
+                values["cache"] = out
+            elif type(out).__name__ == "LoopState":
+                values["state"] = out
     seconds = time.perf_counter() - start
+    xla = {name: _xla_memory(c) for name, c in programs.items()}
+    peak = max(x["peak"] for x in xla.values())
+    worst = next(name for name, x in xla.items() if x["peak"] == peak)
+    xla_flops = [_xla_flops(c) for c in programs.values()]
     from jaxtom.flops import inference_flops
     return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
             "processes": processes, "replicated_weights": processes > 1,
             "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params)},
-            "xla": _xla_memory(compiled),
+            "xla": xla[worst], "programs": xla, "peak_program": worst,
             "flops": inference_flops(mcfg.num_params(), n * processes * (T + t.max_new_tokens)),
-            "xla_flops_per_device_loop_bodies_once": _xla_flops(compiled)}
+            "xla_flops_per_device_loop_bodies_once": (
+                sum(xla_flops) if None not in xla_flops else None)}
 
 
 def check_processes(config, devices: int, processes: int) -> None:
@@ -414,8 +481,15 @@ def report(result: dict[str, Any]) -> str:
              f"{m['param_dtype']}, compute {m['compute_dtype']}",
              f"mesh data={mesh['data']} fsdp={mesh['fsdp']} tensor={mesh['tensor']} "
              f"({mesh['devices']} devices)",
-             f"update step: {u['rows']} rows x {u['row_len']} tokens, compiled in "
-             f"{u['compile_seconds']:.0f} s; per device:"]
+             f"update step: {u['rows']} rows x {u['row_len']} tokens "
+             f"({u['rows_per_device_per_micro_batch']} per device per micro-batch)"
+             + (f" + {u['prediction_rows']} prediction rows x {u['prediction_row_len']}"
+                if u["prediction_rows"] else "")
+             + f", compiled in {u['compile_seconds']:.0f} s; per device:"]
+    if u["prediction_rows_left_out"]:
+        lines.append("  note: the config sizes CToM's prediction rows from the data "
+                     "(pred_rows=0), so they are not in this plan; set ctom.pred_rows to "
+                     "plan them")
     for key, label in (("params", "trainable parameters"), ("frozen_params", "frozen parameters"),
                        ("reference_params", "reference copy"),
                        ("optimizer_state", "optimizer state"),
@@ -431,7 +505,8 @@ def report(result: dict[str, Any]) -> str:
                   f"{r['cache_len']} slots, compiled in {r['compile_seconds']:.0f} s; per device:",
                   f"  {'KV cache':<38}{_size(r['memory']['kv_cache'])}",
                   f"  {'sampler weights':<38}{_size(r['memory']['model_state'])}",
-                  f"  {'XLA temporaries':<38}{_size(r['xla']['temporaries'])}",
+                  f"  {'XLA temporaries (' + r['peak_program'] + ')':<38}"
+                  f"{_size(r['xla']['temporaries'])}",
                   f"  {'peak with the train state resident':<38}"
                   f"{_size(r['peak_with_train_state'])}"]
     f = result["flops_per_rollout_step"]
