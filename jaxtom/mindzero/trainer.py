@@ -134,14 +134,27 @@ def warmup_trainer_config(config):
         seed=config.trainer.seed + 1)
 
 
-def max_row_len(config, codec, view, quantum: int = 16) -> int:
-    """One packed row length for the whole run (longest prompt + completion budget), so the
-    jitted update compiles once."""
+def max_row_len(config, codec, view, completion: int | None = None, quantum: int = 16) -> int:
+    """One packed row length for the whole run (longest prompt + completion budget, default
+    `trainer.max_new_tokens`), so the jitted update compiles once."""
     d = config.mindzero.data
     render = get_observation(d.observation)
     longest = max(len(codec.prompt_ids(render(view, e, t, d.num_particles)))
                   for e, t in data_lib.timestep_records(view, d.stride))
-    return int(np.ceil((longest + config.trainer.max_new_tokens + 1) / quantum) * quantum)
+    budget = config.trainer.max_new_tokens if completion is None else completion
+    return int(np.ceil((longest + budget + 1) / quantum) * quantum)
+
+
+def longest_teacher_target(config, codec, view, samples: int = 256) -> int:
+    """A bound on the warm-up's target length: the longest of `samples` teacher targets
+    plus a quarter (probabilities and labels vary in token count)."""
+    d, w = config.mindzero.data, config.mindzero.warmup
+    rng = np.random.default_rng(config.trainer.seed)
+    records = data_lib.timestep_records(view)
+    pick = rng.choice(len(records), min(samples, len(records)), replace=False)
+    longest = max(len(codec.completion_ids(data_lib.warmup_target(
+        view, e, d.num_particles, rng, t, w.teacher))) for e, t in (records[i] for i in pick))
+    return longest + longest // 4 + 1
 
 
 def task_records(view: HostEpisodes, stride: int) -> list[dict]:
@@ -290,7 +303,9 @@ def train(config, progress: bool = True) -> dict:
     t1 = time.perf_counter()
     mz = config.mindzero
     if mz.warmup.steps:
-        wcfg = warmup_trainer_config(config)
+        wcfg = dataclasses.replace(warmup_trainer_config(config), row_len=max_row_len(
+            config, codec, view, max(config.trainer.max_new_tokens,
+                                     longest_teacher_target(config, codec, view))))
         warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
                        warmup_step_config(config), wcfg, mesh=mesh, desc="warm-up")
         model = warm.learner.model(warm.run())

@@ -57,7 +57,6 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
         out.append(f"model.path={standin}")
     if name.startswith("mindzero"):
         out += ["mindzero.data.train_episodes=4", "mindzero.data.eval_episodes=2",
-                "mindzero.data.max_steps=20",
                 "mindzero.warmup.batch_size=4", "trainer.prompts_per_step=2",
                 "trainer.group_size=4", "trainer.max_new_tokens=12", "trainer.eval_every=2"]
         if name == "mindzero_gridworld_tiny":
