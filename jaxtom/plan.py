@@ -377,13 +377,13 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
                             "plan with --no-rollout)")
         args = [values[w] for w in wanted]
         programs[name] = fn.lower(*args).compile()
-        for out in jax.tree.leaves(jax.eval_shape(fn, *args),
-                                   is_leaf=lambda x: isinstance(x, (KVCache,
-                                                                    getattr(sampling, "LoopState",
-                                                                            KVCache)))):
+        outs = jax.eval_shape(fn, *args)
+        loop_state = getattr(sampling, "LoopState", None)
+        for out in (outs if isinstance(outs, tuple) and not isinstance(outs, KVCache)
+                    else (outs,)):
             if isinstance(out, KVCache):
                 values["cache"] = out
-            elif type(out).__name__ == "LoopState":
+            elif loop_state is not None and isinstance(out, loop_state):
                 values["state"] = out
     seconds = time.perf_counter() - start
     xla = {name: _xla_memory(c) for name, c in programs.items()}
