@@ -518,7 +518,31 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"per-device peak {_size(peak).strip()}; fits (at {result['headroom']:.0%} of "
                  "the chip): " + ", ".join(f"{k} {'yes' if v else 'NO'}"
                                            for k, v in result["fits"].items()))
+    if not all(result["fits"].values()):
+        lines.append("largest term: " + largest_term(result))
     return "\n".join(lines)
+
+
+def largest_term(result: dict[str, Any]) -> str:
+    """The biggest per-device item of the plan and the settings that shrink it."""
+    u, r = result["update"], result.get("rollout")
+    terms = {"update temporaries": (u["xla"]["temporaries"],
+                                    "they grow with rows per device per micro-batch and "
+                                    "row_len; raise step.micro_batches or the data/fsdp axes, "
+                                    "or shorten trainer.row_len"),
+             "train state": (u["memory"]["train_state"],
+                             "it shrinks with more fsdp (or tensor) devices, or LoRA")}
+    if r is not None:
+        terms["rollout temporaries"] = (r["xla"]["temporaries"],
+                                        "they grow with sampled rows per device and prompt "
+                                        "length; add data/fsdp devices or sample fewer prompts "
+                                        "per step")
+        terms["KV cache"] = (r["memory"]["kv_cache"], "it grows with sampled rows per device "
+                             "and row_len; add data/fsdp devices or sample fewer prompts per "
+                             "step")
+    name = max(terms, key=lambda k: terms[k][0])
+    size, hint = terms[name]
+    return f"{name} ({_size(size).strip()}): {hint}"
 
 
 def _set_device_count(n: int) -> None:

@@ -216,3 +216,15 @@ def test_replans_in_a_fresh_process_when_jax_already_started(tiny_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["mesh"]["devices"] == 2 and "rollout" not in result
+
+
+def test_largest_term_names_the_biggest_item_and_what_shrinks_it():
+    result = {"update": {"xla": {"temporaries": 5 * 2 ** 30},
+                         "memory": {"train_state": 7 * 2 ** 30}},
+              "rollout": {"xla": {"temporaries": 2 ** 30}, "memory": {"kv_cache": 2 ** 29}}}
+    assert plan.largest_term(result).startswith("train state (7.00 GiB): it shrinks with more "
+                                                "fsdp")
+    result["update"]["xla"]["temporaries"] = 9 * 2 ** 30
+    assert "raise step.micro_batches" in plan.largest_term(result)
+    result["rollout"]["memory"]["kv_cache"] = 10 * 2 ** 30
+    assert plan.largest_term(result).startswith("KV cache (10.00 GiB)")
