@@ -46,7 +46,8 @@ class GenerationResult(NamedTuple):
     finished: np.ndarray  # [batch] bool: a stop id or string ended the row
     texts: list[str] | None  # decoded new text (cut after the stop string) if a tokenizer
     state: ResumeState
-    steps: int = 0  # tokens the loop produced per row before every row had stopped
+    steps: int = 0  # loop iterations run, first token included: max(lengths), so below
+    # max_new_tokens when every row stopped early (the loop exits then)
 
     def sequences(self) -> list[list[int]]:
         return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
