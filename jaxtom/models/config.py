@@ -18,6 +18,8 @@ SUPPORTED_ARCHITECTURES = {
 }
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 _DTYPES = ("float32", "bfloat16", "float16")
+# What the training forward keeps for the backward pass (see ModelConfig.remat).
+REMAT_MODES = ("auto", "layer", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,14 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
+    # Rematerialisation in the training forward (`Decoder.__call__`): "layer" keeps only each
+    # layer's input hidden state for the backward pass and recomputes the rest of the layer
+    # (attention matrices, MLP activations) there, one layer at a time, for ~1 extra forward
+    # of FLOPs; "none" keeps every activation; "auto" (default) rematerialises scanned layer
+    # stacks (deep models, where the kept activations are what does not fit) and not the
+    # unrolled small models, whose steps are latency-bound and only get slower. Numerics
+    # are the same in every mode. Not part of config.json.
+    remat: str = "auto"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -59,6 +69,9 @@ class ModelConfig:
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"ModelConfig.{name} must be one of {_DTYPES}, "
                                  f"got {getattr(self, name)!r}")
+        if self.remat not in REMAT_MODES:
+            raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, "
+                             f"got {self.remat!r}")
 
     @property
     def architecture(self) -> str:

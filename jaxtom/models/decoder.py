@@ -6,6 +6,12 @@ Layer parameters are stacked on a leading `layers` axis and the full forward pas
 decode loop a scan re-copies every layer's weights and cache slice on every step, which
 costs more than the whole step's arithmetic at small sizes. Parameter names follow Hugging
 Face so that loading and saving are a transpose, not a translation table.
+
+Training memory: given a mesh, the full forward pins its [B, T, ...] activations (hidden
+states, logits) to the mesh's batch axes, so each device computes only its own rows; without
+the constraint XLA may compute parts of the forward (the LM head's logits among them) for a
+whole micro-batch on every fsdp device. `ModelConfig.remat` then decides whether each layer's
+activations are kept for the backward pass or recomputed there (`jax.checkpoint`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxtom import parallel
 from jaxtom.models.config import ModelConfig
 
 # The full (training / scoring) forward unrolls models up to this many layers and scans deeper
@@ -24,6 +31,27 @@ from jaxtom.models.config import ModelConfig
 # of the stacked buffers, which dominates small models' steps; unrolled, a 30-layer model's
 # train step compiles ~4x slower (12 s -> 46 s) for a ~10% faster step, so deep models scan.
 UNROLL_MAX_LAYERS = 8
+
+# Logical axes of the training forward's activations (mapped to mesh axes by the rule table).
+HIDDEN_AXES = ("batch", "seq", "embed")
+LOGITS_AXES = ("batch", "seq", "vocab")
+
+
+def constrain(x: jax.Array, axes, mesh=None, rules: dict | None = None) -> jax.Array:
+    """Pins `x`'s sharding to logical `axes` on `mesh`; a no-op without a mesh or on one
+    device. Axes that do not divide a dimension are dropped (odd micro-batches replicate)."""
+    if mesh is None or mesh.size == 1:
+        return x
+    return jax.lax.with_sharding_constraint(
+        x, parallel.named_sharding(mesh, axes, x.shape, rules))
+
+
+def uses_remat(cfg: ModelConfig) -> bool:
+    """Whether the training forward rematerialises its layers (see `ModelConfig.remat`)."""
+    if cfg.remat == "auto":
+        return cfg.num_layers > UNROLL_MAX_LAYERS
+    return cfg.remat == "layer"
+
 
 # name -> (logical axes without the layer axis, HF tensor is [out, in] so we transpose)
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -209,10 +237,14 @@ class Decoder(nnx.Module):
         return (h @ head.astype(h.dtype)).astype(jnp.float32)
 
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
-                 segment_ids: jax.Array | None = None) -> jax.Array:
+                 segment_ids: jax.Array | None = None, *, mesh=None,
+                 rules: dict | None = None) -> jax.Array:
         """Full causal forward without a cache (training, scoring).
 
-        `segment_ids` [B, T] keep packed sequences from attending to each other.
+        `segment_ids` [B, T] keep packed sequences from attending to each other. `mesh`
+        (and the logical-axis `rules`, default `parallel.DEFAULT_RULES`): shard activations
+        over its batch axes (the caller's batch must be sharded the same way). Each layer is
+        rematerialised in the backward pass when `uses_remat(config)`.
         """
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
@@ -226,17 +258,25 @@ class Decoder(nnx.Module):
         if segment_ids is not None:
             mask = mask & (segment_ids[:, None, :] == segment_ids[:, :, None])
         lora_scale = dict(self.layers.lora_scale)
-        h = self._embed(input_ids)
-        if cfg.num_layers <= UNROLL_MAX_LAYERS:
+        scanned = cfg.num_layers > UNROLL_MAX_LAYERS
+
+        def block(h, p):
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask))
+            return constrain(h, HIDDEN_AXES, mesh, rules)
+
+        if uses_remat(cfg):
+            # keep only the block's input; recompute everything inside it in the backward.
+            # prevent_cse only matters outside a scan (where XLA could merge the recompute
+            # with the forward); inside one it would only block optimisations.
+            block = jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable,
+                                   prevent_cse=not scanned)
+        h = constrain(self._embed(input_ids), HIDDEN_AXES, mesh, rules)
+        if not scanned:
             for p in self.layer_arrays():
-                h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask))
-            return self._logits(h)
-
-        def body(h, p):
-            return layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask)), None
-
-        h, _ = jax.lax.scan(body, h, self.layers.arrays())
-        return self._logits(h)
+                h = block(h, p)
+        else:
+            h, _ = jax.lax.scan(lambda h, p: (block(h, p), None), h, self.layers.arrays())
+        return constrain(self._logits(h), LOGITS_AXES, mesh, rules)
 
     def layer_arrays(self) -> list[dict[str, jax.Array]]:
         """Each layer's parameters as separate arrays (slice once, outside any decode loop)."""

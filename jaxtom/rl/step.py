@@ -251,8 +251,10 @@ class Learner:
         return self.update(state, batch)
 
     def _forward(self, params, frozen, tokens, positions, segments):
+        """Logits with activations sharded like the batch rows over the mesh (the decoder
+        rematerialises its layers as its config says)."""
         model = nnx.merge(self.graphdef, params, frozen)
-        return model(tokens, positions, segments)
+        return model(tokens, positions, segments, mesh=self.mesh, rules=self.rules)
 
     def _reference_params(self, state, params):
         return (state.ref_params if self.reference == "frozen_copy"

@@ -1,0 +1,178 @@
+"""Training-forward memory features: per-layer rematerialisation and activation sharding.
+
+Both must change only what is kept in memory, never the numbers: logits and gradients with
+remat on (or with activations pinned to a mesh's batch axes) must equal the plain forward's
+to float32 rounding. And they must actually save memory: XLA's compiled temporaries of a
+sharded GRPO update on 8 simulated devices drop with remat on a scanned (deep) model, and the
+constrained forward's drop against the unconstrained one. The 8-device checks run in a
+subprocess with XLA_FLAGS set before JAX starts (see tests/test_parallel.py).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxtom.models import init_decoder
+from jaxtom.models.config import ModelConfig
+from jaxtom.models.decoder import UNROLL_MAX_LAYERS, uses_remat
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def small_cfg(num_layers: int, remat: str = "none") -> ModelConfig:
+    return ModelConfig(family="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64,
+                       num_layers=num_layers, num_heads=4, num_kv_heads=2, head_dim=8,
+                       qk_norm=True, remat=remat)
+
+
+def test_remat_modes():
+    shallow, deep = UNROLL_MAX_LAYERS, UNROLL_MAX_LAYERS + 1
+    assert not uses_remat(small_cfg(shallow, "auto"))  # unrolled: latency-bound, no remat
+    assert uses_remat(small_cfg(deep, "auto"))  # scanned: remat by default
+    assert ModelConfig.__dataclass_fields__["remat"].default == "auto"
+    assert uses_remat(small_cfg(shallow, "layer")) and not uses_remat(small_cfg(deep, "none"))
+    with pytest.raises(ValueError, match="remat"):
+        small_cfg(2, "full")
+
+
+def _loss_and_grads(model, tokens, positions, segments, weights):
+    """A scalar that touches every logit (weighted log-softmax), and its gradient."""
+    from flax import nnx
+
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(params):
+        logits = nnx.merge(graphdef, params)(tokens, positions, segments)
+        return jnp.sum(jax.nn.log_softmax(logits, axis=-1) * weights), logits
+
+    (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return value, logits, jax.tree.leaves(grads), graphdef, params
+
+
+@pytest.mark.parametrize("num_layers", [2, UNROLL_MAX_LAYERS + 2])  # unrolled and scanned
+def test_remat_forward_and_gradients_equal_plain(num_layers):
+    rng = np.random.default_rng(num_layers)
+    B, T, V = 3, 12, 64
+    tokens = jnp.asarray(rng.integers(0, V, (B, T)), jnp.int32)
+    # two packed sequences per row, so the mask carried into the remat'd layers matters
+    positions = jnp.asarray(np.concatenate([np.arange(5), np.arange(T - 5)])[None].repeat(B, 0))
+    segments = jnp.asarray(np.repeat([[0] * 5 + [1] * (T - 5)], B, 0), jnp.int32)
+    weights = jnp.asarray(rng.normal(size=(B, T, V)), jnp.float32)
+    plain = _loss_and_grads(init_decoder(small_cfg(num_layers, "none"), seed=3), tokens,
+                            positions, segments, weights)
+    remat = _loss_and_grads(init_decoder(small_cfg(num_layers, "layer"), seed=3), tokens,
+                            positions, segments, weights)
+    # the remat model really wraps its layers in jax.checkpoint (remat2), the plain one not
+    from flax import nnx
+
+    def jaxpr(graphdef, params):
+        return str(jax.make_jaxpr(lambda p: nnx.merge(graphdef, p)(tokens))(params))
+    assert "remat2[" in jaxpr(*remat[3:]) and "remat2[" not in jaxpr(*plain[3:])
+    # float32 rounding of the same ops in another fusion order: ~1e-7 relative per op, a few
+    # dozen ops deep, against each quantity's own scale
+    scale = float(jnp.max(jnp.abs(plain[1])))
+    np.testing.assert_allclose(remat[1], plain[1], rtol=0, atol=1e-5 * scale)
+    np.testing.assert_allclose(remat[0], plain[0], rtol=1e-5)
+    assert len(plain[2]) == len(remat[2]) > 10
+    for g_plain, g_remat in zip(plain[2], remat[2]):
+        g_scale = float(jnp.max(jnp.abs(g_plain)))
+        assert g_scale > 0  # every parameter gets a gradient: the comparison is not vacuous
+        np.testing.assert_allclose(g_remat, g_plain, rtol=0, atol=1e-5 * g_scale)
+
+
+SCRIPT = textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from flax import nnx
+    assert jax.device_count() == 8, jax.devices()
+    from jaxtom import parallel, rl
+    from jaxtom.models import init_decoder
+    from tests.models.test_remat import small_cfg
+    from tests.rl.common import random_batch
+
+    out = {}
+    # (1) the constrained forward and its gradients equal the plain one-device ones
+    rng = np.random.default_rng(0)
+    B, T, V = 16, 24, 64
+    tokens = jnp.asarray(rng.integers(0, V, (B, T)), jnp.int32)
+    weights = jnp.asarray(rng.normal(size=(B, T, V)), jnp.float32)
+    model = init_decoder(small_cfg(10, "layer"), seed=1)
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(params, tokens, mesh):
+        logits = nnx.merge(graphdef, params)(tokens, mesh=mesh)
+        return jnp.sum(jax.nn.log_softmax(logits, -1) * weights), logits
+
+    grad = jax.value_and_grad(loss, has_aux=True)
+    (_, ref_logits), ref_grads = jax.jit(grad, static_argnums=2)(params, tokens, None)
+    for shape in [(1, 8, 1), (2, 2, 2)]:
+        mesh = parallel.make_mesh(*shape)
+        p = parallel.place_state(params, mesh)
+        t = jax.device_put(tokens, parallel.batch_sharding(mesh, 2, B))
+        (_, logits), grads = jax.jit(grad, static_argnums=2)(p, t, mesh)
+        out[str(shape)] = dict(
+            logits_diff=float(jnp.max(jnp.abs(logits - ref_logits))),
+            logits_scale=float(jnp.max(jnp.abs(ref_logits))),
+            grad_rel_diff=max(float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+                              for a, b in zip(jax.tree.leaves(grads),
+                                              jax.tree.leaves(ref_grads))),
+            logits_spec=str(logits.sharding.spec))
+
+    # (2) compiled temporaries of the gradient on (1, 8, 1): constrained vs unconstrained
+    mesh = parallel.make_mesh(1, 8, 1)
+    p_sh = jax.tree.map(lambda x: x.sharding, parallel.place_state(params, mesh))
+    t_sh = parallel.batch_sharding(mesh, 2, B)
+    def temp(fn):
+        c = jax.jit(fn, in_shardings=(p_sh, t_sh)).lower(params, tokens).compile()
+        return c.memory_analysis().temp_size_in_bytes
+    out["grad_temp_constrained"] = temp(lambda p, t: jax.grad(
+        lambda p: loss(p, t, mesh)[0])(p))
+    out["grad_temp_plain"] = temp(lambda p, t: jax.grad(lambda p: loss(p, t, None)[0])(p))
+
+    # (3) compiled temporaries of a sharded GRPO update, remat on vs off, scanned model
+    def update_temp(remat):
+        model = init_decoder(small_cfg(10, remat), seed=1)
+        learner = rl.Learner(model, rl.StepConfig(micro_batches=2), mesh=mesh)
+        state = jax.eval_shape(lambda: learner.init_state(model))
+        b = random_batch(0, num_rows=32, row_len=128, prediction=False)
+        b = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+            np.shape(x), np.asarray(x).dtype,
+            sharding=parallel.batch_sharding(mesh, np.ndim(x), np.shape(x)[0])), b)
+        fn = jax.jit(learner._update, in_shardings=(learner.state_shardings(state),
+                                                    learner.batch_shardings(b)))
+        return fn.lower(state, b).compile().memory_analysis().temp_size_in_bytes
+    out["update_temp_none"] = update_temp("none")
+    out["update_temp_layer"] = update_temp("layer")
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_sharded_remat_and_constraint_equal_plain_and_save_memory():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(next(l for l in proc.stdout.splitlines()
+                          if l.startswith("RESULT "))[len("RESULT "):])
+    for shape in ("(1, 8, 1)", "(2, 2, 2)"):
+        r = out[shape]
+        # cross-device reductions reorder float32 sums: rounding, relative to the scale
+        assert r["logits_diff"] <= 1e-5 * r["logits_scale"], r
+        assert r["grad_rel_diff"] <= 1e-5, r
+        assert "fsdp" in r["logits_spec"], r  # rows sharded (JAX drops the size-1 data axis)
+    assert "('data', 'fsdp')" in out["(2, 2, 2)"]["logits_spec"], out
+    # without the constraint XLA computes (parts of) the forward for every row on every
+    # device; with it each device holds its 2 of 16 rows. Measured 5.1x on this model
+    assert out["grad_temp_constrained"] < 0.5 * out["grad_temp_plain"], out
+    # remat keeps one hidden state per layer instead of attention and MLP activations for
+    # all 10 layers. Measured 7.2x on this model
+    assert out["update_temp_layer"] < 0.3 * out["update_temp_none"], out
