@@ -212,7 +212,7 @@ def sample_helper_action(key, state: EnvState, goals, probs, params: EnvParams) 
                            cell_of(state.human_pos, width), state.human_holding,
                            goals, probs, params)
     action = jax.random.categorical(k_policy, logits)
-    random_move = _MOVE_IDS[jax.random.randint(k_random, (), 0, 4)]
+    random_move = jnp.asarray(_MOVE_IDS)[jax.random.randint(k_random, (), 0, 4)]
     stuck = (state.helper_stays >= params.deadlock_stays) & (action == STAY)
     return jnp.where(stuck, random_move, action).astype(jnp.int32)
 

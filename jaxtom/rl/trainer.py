@@ -226,7 +226,10 @@ class Trainer:
         return state
 
     def train_step(self, state: TrainState, tasks: list[dict], step: int):
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.rng), step)
+        # the key data is replicated over the (possibly multi-process) mesh: take this
+        # process's copy, so rollouts run on local devices only
+        rng = np.asarray(state.rng.addressable_data(0))
+        key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
         rollout = self.rollout_fn(self.learner.model(state), tasks, key, step)
         batch = pack_rollout(rollout, self.cfg)
         update = getattr(self.learner, "update", self.learner.step)

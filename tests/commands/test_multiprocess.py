@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -62,9 +63,16 @@ def finish(procs, timeout=900):
 
 
 def checkpoint(workdir: Path, step: int):
-    with ocp.CheckpointManager(Path(workdir).absolute() / "checkpoints") as mgr:
+    """The saved leaves and data state, restored onto this process's one device (the run
+    saved them sharded over 4)."""
+    handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}
+    with ocp.CheckpointManager(Path(workdir).absolute() / "checkpoints",
+                               item_handlers=handlers) as mgr:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=device)
+                  for k, v in mgr.item_metadata(step)["state"].items()}
         out = mgr.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore()))
+            state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
     return {k: np.asarray(v) for k, v in out["state"].items()}, out["data"]
 
 
