@@ -6,13 +6,14 @@ and RoPE positions stay exact. The cache is donated into the jitted calls and ha
 after what is already cached (the CToM controller's phase-by-phase use), costing only the
 new tokens' prefill.
 
-Compilation is bounded. The batch, the prompt chunk and the cache are padded to geometric
-buckets (`bucket`), the output buffer to a power of two, and `max_new_tokens` is a run-time
-value inside that buffer; only the settings in `LoopConfig` are static. The prefill and the
-decode loop are separate programs, so the decode loop (the slow one to compile: its layers
-are unrolled) depends on the prompt length only through the cache-size bucket: a training
-run compiles one cheap prefill per prompt-length bucket and a few decode loops, and phases
-with different token caps share them. The loop ends as soon as every row has stopped.
+Compilation is bounded. The batch, the prompt chunk, the output buffer and the cache are
+padded to geometric buckets (`bucket`), and `max_new_tokens` is a run-time value inside the
+buffer; only the settings in `LoopConfig` are static. The prefill and the decode loop are
+separate programs, so the decode loop (the slow one to compile: its layers are unrolled)
+depends on the prompt length only through the cache-size bucket: a training run compiles
+one cheap prefill per prompt-length bucket and a few decode loops, and phases whose caps
+fall in one bucket (or that pass one `buffer_len`) share them. The loop ends as soon as
+every row has stopped.
 """
 
 from __future__ import annotations
@@ -320,15 +321,17 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     sampling all prompts would. Resuming restarts the step count: pass a fresh key.
 
     `max_new_tokens` is a run-time value; the compiled loop's output buffer has
-    `buffer_len` columns (default: `max_new_tokens` rounded up to a power of two, at least
-    16). Pass the largest cap of a run as `buffer_len` to have every phase share one
-    decode program.
+    `buffer_len` columns (default: `max_new_tokens` rounded up by `bucket`, at least 16).
+    Pass the largest cap of a run as `buffer_len` to have every phase share one decode
+    program.
     """
     cfg = model.config
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if buffer_len is None:  # powers of two: phases with different caps share few programs
-        buffer_len = 1 << max(4, (max_new_tokens - 1).bit_length())
+    if buffer_len is None:
+        # geometric, not powers of two: every decode step attends over all cache slots,
+        # and slots beyond the cap would cost up to 2x attention time for nothing
+        buffer_len = bucket(max_new_tokens, 16)
     elif buffer_len < max_new_tokens:
         raise ValueError(f"buffer_len={buffer_len} is smaller than max_new_tokens="
                          f"{max_new_tokens}")

@@ -217,8 +217,8 @@ def test_compilations_are_bounded_across_prompt_lengths_and_caps(qwen):
                                 key=jax.random.key(length), stop_at_eos=False)
         assert list(out.lengths) == [cap, cap]
     traced = {k: sampling.TRACE_COUNT[k] - before[k] for k in before}
-    # prompt buckets 8, 10, 20 (x a second buffer for the caps above 16: 8 and 20 again);
-    # buffers 16 and 32; every cache fits the first 64-slot bucket
-    prefill_shapes = {(sampling.bucket(n, 8), 16 if cap <= 16 else 32) for n, cap in calls}
-    assert traced == {"prefill": len(prefill_shapes), "decode": 2}
+    # prompt buckets 8, 10, 20 with buffer 16, plus (8, 32) and (20, 20) for the caps above
+    # 16; three buffers, and every cache fits the first 64-slot bucket
+    prefill_shapes = {(sampling.bucket(n, 8), sampling.bucket(cap, 16)) for n, cap in calls}
+    assert traced == {"prefill": len(prefill_shapes), "decode": 3}
     assert len(prefill_shapes) == 5
