@@ -123,32 +123,35 @@ def evaluate(config, config_path: str, overrides, checkpoint: str | None = None)
     return 2
 
 
-def _train_cmd(args) -> int:
-    config = load(args)
-    if config is None:
-        return 2
-    start_distributed()
+def _command(run):
+    """A subcommand: load the config (one line + exit 2 if wrong), start multi-process JAX
+    when launched so, then `run(args, config)`."""
+    def command(args) -> int:
+        config = load(args)
+        if config is None:
+            return 2
+        start_distributed()
+        return run(args, config)
+    return command
+
+
+@_command
+def _train_cmd(args, config) -> int:
     print(json.dumps(train(config, progress=not args.quiet)))
     return 0
 
 
-def _eval_cmd(args) -> int:
-    config = load(args)
-    if config is None:
-        return 2
-    start_distributed()
+@_command
+def _eval_cmd(args, config) -> int:
     return evaluate(config, args.config, args.overrides, args.checkpoint)
 
 
-def _mindzero_cmd(args) -> int:
-    config = load(args)
-    if config is None:
-        return 2
+@_command
+def _mindzero_cmd(args, config) -> int:
     if config.kind != "mindzero":
         print(f"config error: CONFIG: expected a MindZero config (with a mindzero section), "
               f"got {args.config!r}", file=sys.stderr)
         return 2
-    start_distributed()
     if args.action == "eval":
         return evaluate(config, args.config, args.overrides, args.checkpoint)
     from jaxtom.mindzero.trainer import train as train_mindzero

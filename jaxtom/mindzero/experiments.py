@@ -21,7 +21,11 @@ PAPER_STEPS = 1000 * 30 // 32 * 20
 
 
 def paper_config(name: str, model_dir: str, family: str) -> Config:
-    """The paper's run for the Hugging Face checkpoint at $JAXTOM_MODELS/`model_dir`."""
+    """The paper's run for the Hugging Face checkpoint at $JAXTOM_MODELS/`model_dir`.
+
+    Mesh `mesh.data/fsdp/tensor`: the default (1, 8, 1) is one 8-GPU host; check a mesh with
+    `jaxtom plan CONFIG` before renting it. Ablations: `mindzero.reward.entropy_weight=0.0`,
+    `mindzero.data.num_particles=1`, `mindzero.reward.prior_weight=0.0`."""
     root = os.environ.get("JAXTOM_MODELS", "/models")
     return Config(
         model=ModelSection(path=os.path.join(root, model_dir), family=family,
