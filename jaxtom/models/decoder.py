@@ -243,7 +243,7 @@ class Decoder(nnx.Module):
 
         `segment_ids` [B, T] keep packed sequences from attending to each other. `mesh`
         (and the logical-axis `rules`, default `parallel.DEFAULT_RULES`): shard activations
-        over its batch axes (the caller's batch must be sharded the same way). Each layer is
+        over its batch axes (rows arriving sharded otherwise are resharded to them). Each layer is
         rematerialised in the backward pass when `uses_remat(config)`.
         """
         cfg = self.config

@@ -3,9 +3,10 @@
 Both must change only what is kept in memory, never the numbers: logits and gradients with
 remat on (or with activations pinned to a mesh's batch axes) must equal the plain forward's
 to float32 rounding. And they must actually save memory: XLA's compiled temporaries of a
-sharded GRPO update on 8 simulated devices drop with remat on a scanned (deep) model, and the
-constrained forward's drop against the unconstrained one. The 8-device checks run in a
-subprocess with XLA_FLAGS set before JAX starts (see tests/test_parallel.py).
+sharded GRPO update on 8 simulated devices drop with remat on a scanned (deep) model, and
+those of the constrained forward and backward drop against the unconstrained ones. The
+8-device checks run in a subprocess with XLA_FLAGS set before JAX starts (see
+tests/test_parallel.py).
 """
 
 import json
