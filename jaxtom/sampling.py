@@ -259,9 +259,7 @@ def _compiled(graphdef, config: LoopConfig, mesh, params):
             state = LoopState(step=rep, keys=(), values=(),
                               lengths=row, token=row, done=row, finished=row, stop_state=mat,
                               tokens=mat, logprobs=mat, n_new=row)
-            chunk = PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row)
-            inputs = SamplingInputs(row_ids=row, key=rep, max_new=rep, temperature=rep,
-                                    top_k=rep, top_p=rep, stop_ids=rep, stop_tables=rep)
+            chunk, inputs = input_shardings(mesh)
             _COMPILED[key] = (
                 jax.jit(prefill, donate_argnums=(1,),
                         in_shardings=(params_sh, KVCache(cache, cache), chunk, inputs),
@@ -270,6 +268,17 @@ def _compiled(graphdef, config: LoopConfig, mesh, params):
                         in_shardings=(params_sh, KVCache(cache, cache), state, inputs),
                         out_shardings=(KVCache(cache, cache), state)))
     return _COMPILED[key]
+
+
+def input_shardings(mesh: Mesh) -> tuple[PromptChunk, SamplingInputs]:
+    """Where the host-built prompt chunk and sampling inputs go: rows over the batch axes,
+    scalars and tables replicated."""
+    rep = NamedSharding(mesh, PartitionSpec())
+    row = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
+    mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
+    return (PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row),
+            SamplingInputs(row_ids=row, key=rep, max_new=rep, temperature=rep, top_k=rep,
+                           top_p=rep, stop_ids=rep, stop_tables=rep))
 
 
 def cache_sharding(mesh: Mesh) -> NamedSharding:
@@ -416,6 +425,10 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         key=key, max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
         top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
         stop_tables=tables)
+    if mesh is not None:
+        # placed explicitly: with several processes JAX accepts no host arrays for a program
+        # sharded over devices (here the mesh is this process's own devices)
+        chunk, inputs = jax.device_put((chunk, inputs), input_shardings(mesh))
     cache, state = prefill(params, cache, chunk, inputs)
     cache, state = decode(params, cache, state, inputs)
     out_tok, out_lp, n_gen, finished, lengths, pending, steps = jax.device_get(

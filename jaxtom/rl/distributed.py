@@ -3,12 +3,11 @@ averaging metrics. On a single process every function is the plain local operati
 
 Sampling: the training state is sharded over the global mesh, which no single process can
 run alone, so each process samples its shard of the prompts with a replica of the weights on
-its first local device: the parameters are all-gathered on device, never through host
-memory. Rows are sampled with their global row ids (`fold_in(key, row)`), so the tokens do
-not depend on the number of processes. The replica costs a copy of the weights during the
-rollout and leaves a host's other devices idle while it samples; a sampler that runs SPMD
-over the global mesh (host rows placed with `make_array_from_process_local_data`) would
-avoid both.
+its own devices (rows split over them): the parameters are all-gathered on device, never
+through host memory. Rows are sampled with their global row ids (`fold_in(key, row)`), so
+the tokens do not depend on the number of processes. The replica costs one copy of the
+weights per device during the rollout; a sampler that runs SPMD over the global mesh would
+avoid it.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxtom import sampling
+from jaxtom import parallel, sampling
 from jaxtom.models.decoder import Decoder
 
 
@@ -54,10 +53,10 @@ def local_replica(model: Decoder) -> Decoder:
         return model
     graphdef, state = nnx.split(model)
     replicated = jax.jit(lambda s: s, out_shardings=NamedSharding(mesh, PartitionSpec()))(state)
-    # one local device, unsharded: with several processes JAX refuses host inputs to a
-    # program sharded over even this process's own devices, and the sampler takes host rows
-    device = jax.local_devices()[0]
-    local = jax.tree.map(lambda x: jax.device_put(x.addressable_data(0), device), replicated)
+    devices = jax.local_devices()
+    local_mesh = parallel.make_mesh(len(devices), 1, 1, devices=devices)
+    rep = NamedSharding(local_mesh, PartitionSpec())
+    local = jax.tree.map(lambda x: jax.device_put(x.addressable_data(0), rep), replicated)
     return nnx.merge(graphdef, local)
 
 
