@@ -61,3 +61,35 @@ def params_array(state):
     import jax
     return np.concatenate([np.asarray(x, np.float64).ravel()
                            for x in jax.tree.leaves(state.params)])
+
+
+def two_processes_and_one(script: str, out_dir, timeout: int = 900):
+    """Runs `script` (argv: nproc, pid, port, out.npy) as 2 jax.distributed processes x 2 CPU
+    devices and as 1 process x 4 devices; returns (multi, single) arrays it saved and the
+    stdout of process 0 and of the single process."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(root)}
+    two = {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    procs = [subprocess.Popen([sys.executable, "-c", script, "2", str(i), str(port),
+                               str(Path(out_dir) / "multi.npy")], env=two, cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    four = {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    single = subprocess.run([sys.executable, "-c", script, "1", "0", "0",
+                             str(Path(out_dir) / "single.npy")], env=four, cwd=root,
+                            capture_output=True, text=True, timeout=timeout)
+    assert single.returncode == 0, single.stderr[-4000:]
+    return (np.load(Path(out_dir) / "multi.npy"), np.load(Path(out_dir) / "single.npy"),
+            outs[0][0], single.stdout)

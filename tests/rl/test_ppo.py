@@ -18,7 +18,7 @@ import pytest
 
 from jaxtom import rl
 from tests.rl import reference as ref
-from tests.rl.common import TINY, params_array, tiny_model
+from tests.rl.common import TINY, params_array, tiny_model, two_processes_and_one
 
 jax.config.update("jax_default_matmul_precision", "highest")
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,23 +277,5 @@ def test_two_processes_with_unequal_rows_equal_one_process(tmp_path):
     """put_batch on 2 processes x 2 devices whose rollouts packed different row counts:
     they agree on the padded size, and the update equals one process x 4 devices fed the
     same global layout."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    two = {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    procs = [subprocess.Popen([sys.executable, "-c", MULTI, "2", str(i), str(port),
-                               str(tmp_path / "multi.npy")], env=two, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-4000:]
-    four = {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    single = subprocess.run([sys.executable, "-c", MULTI, "1", "0", "0",
-                             str(tmp_path / "single.npy")], env=four, cwd=ROOT,
-                            capture_output=True, text=True, timeout=900)
-    assert single.returncode == 0, single.stderr[-4000:]
-    multi, one = np.load(tmp_path / "multi.npy"), np.load(tmp_path / "single.npy")
+    multi, one, _, _ = two_processes_and_one(MULTI, tmp_path)
     np.testing.assert_allclose(multi, one, atol=3 * PPO.learning_rate * 1e-3)
