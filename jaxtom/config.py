@@ -281,6 +281,8 @@ def validate(config: Config) -> Config:
     _check(t.num_rows >= 0, "trainer.num_rows", "an int >= 0 (0 = one sequence per row)",
            t.num_rows)
     _check(t.eval_every >= 0, "trainer.eval_every", "an int >= 0 (0 = never)", t.eval_every)
+    _check(t.rollout_rows >= 0, "trainer.rollout_rows",
+           "an int >= 0 (0 = every row in one sampler call)", t.rollout_rows)
     _check(0 < t.top_p <= 1, "trainer.top_p", "a number in (0, 1]", t.top_p)
     _check(t.temperature >= 0, "trainer.temperature", "a number >= 0", t.temperature)
     _check(bool(t.workdir), "trainer.workdir", "a non-empty directory path", t.workdir)

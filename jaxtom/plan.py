@@ -314,11 +314,14 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     graphdef, params = nnx.split(model)
     n = t.prompts_per_step * t.group_size
     if processes > 1:
+        n = -(-n // processes)
+    if t.rollout_rows:  # the trainer samples at most this many rows per call
+        n = min(n, t.rollout_rows)
+    if processes > 1:
         local = mesh.devices.size // processes
         mesh = parallel.make_mesh(local, 1, 1, devices=list(mesh.devices.flat)[:local])
         params = _with_shardings(params, jax.tree.map(
             lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), params))
-        n = -(-n // processes)
     else:
         params = _with_shardings(params, parallel.state_shardings(params, mesh))
     bucket = sampling.bucket

@@ -30,7 +30,7 @@ from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
 from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
 from jaxtom.models import ModelConfig, add_lora, from_pretrained, init_decoder
 from jaxtom.rl import StepConfig, group_advantages
-from jaxtom.rl.distributed import generate_result
+from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, sample_rows
 from jaxtom.tokenizer import Tokenizer
 
@@ -215,11 +215,11 @@ class ParticleRollout:
                    for task in tasks for _ in range(G)]
         episode = np.repeat([int(task["episode"]) for task in tasks], G)
         t = np.repeat([int(task["t"]) for task in tasks], G)
-        out = generate_result(model, prompts, sample_rows(tasks, G), key=key,
-                              max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-                              top_p=c.top_p, stop=list(self.codec.eos_ids),
-                              pad_id=self.codec.pad_id)
-        completions = out.sequences()
+        completions = generate_rows(model, prompts, sample_rows(tasks, G), key=key,
+                                    max_new_tokens=c.max_new_tokens,
+                                    temperature=c.temperature, top_p=c.top_p,
+                                    stop=list(self.codec.eos_ids), pad_id=self.codec.pad_id,
+                                    rows_per_call=c.rollout_rows)
         texts = [self.codec.decode(s) for s in completions]
         parsed = [parse_particles(x, self.view.labels[e], mode="train", num_particles=n,
                                   duplicates=self.config.mindzero.reward.duplicates)

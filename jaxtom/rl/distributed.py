@@ -61,12 +61,17 @@ def local_replica(model: Decoder) -> Decoder:
 
 
 def generate_rows(model: Decoder, prompts: Sequence[Sequence[int]], row_ids: np.ndarray, *,
-                  key: jax.Array, **kwargs) -> list[list[int]]:
-    """Samples this process's prompts (global `row_ids`); returns the generated token lists."""
-    return generate_result(model, prompts, row_ids, key=key, **kwargs).sequences()
+                  key: jax.Array, rows_per_call: int = 0, **kwargs) -> list[list[int]]:
+    """Samples this process's prompts (global `row_ids`); returns the generated token lists.
 
-
-def generate_result(model: Decoder, prompts: Sequence[Sequence[int]], row_ids: np.ndarray, *,
-                    key: jax.Array, **kwargs) -> sampling.GenerationResult:
-    return sampling.generate(local_replica(model), list(prompts), key=key,
-                             row_ids=np.asarray(row_ids), **kwargs)
+    `rows_per_call` > 0 samples at most that many rows per sampler call: the prefill's
+    memory grows with the rows of a call, and since every row draws from its own key the
+    tokens are the same however the rows are split."""
+    model = local_replica(model)
+    row_ids = np.asarray(row_ids)
+    step = rows_per_call if rows_per_call > 0 else max(len(prompts), 1)
+    out: list[list[int]] = []
+    for lo in range(0, len(prompts), step):
+        out += sampling.generate(model, list(prompts[lo:lo + step]), key=key,
+                                 row_ids=row_ids[lo:lo + step], **kwargs).sequences()
+    return out

@@ -43,6 +43,7 @@ class TrainerConfig:
     max_new_tokens: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
+    rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     row_len: int = 64  # tokens per packed row
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
     stop_tokens: tuple[int, ...] = ()
@@ -114,7 +115,7 @@ class CompletionRollout:
         completions = distributed.generate_rows(
             model, prompts, sample_rows(tasks, G), key=key, max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature, top_p=cfg.top_p, stop=cfg.stop_tokens,
-            pad_id=cfg.pad_id)
+            pad_id=cfg.pad_id, rows_per_call=cfg.rollout_rows)
         rewards = np.asarray(self.reward_fn(completions, records), np.float32)
         if rewards.shape != (len(completions),):
             raise ValueError(f"reward function returned shape {rewards.shape}, expected "
