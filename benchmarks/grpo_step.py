@@ -9,7 +9,8 @@ excluded); the two sides' repeats alternate, so load from other processes on a s
 hits both alike. tunix is optional: without it only jaxtom is measured, and the script says so.
 
     python benchmarks/grpo_step.py                      # jaxtom only (main venv)
-    /work/tunix-venv/bin/python benchmarks/grpo_step.py # + tunix (pip install -e ".[bench]")
+    python -m venv .venv-bench && .venv-bench/bin/pip install -e ".[bench]"
+    .venv-bench/bin/python benchmarks/grpo_step.py      # + tunix (its own venv)
 """
 
 from __future__ import annotations

@@ -30,12 +30,7 @@ TINY_QWEN3 = {
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "hidden_act": "silu",
     "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 1024,
     "tie_word_embeddings": True, "eos_token_id": 7}
-QWEN3_4B = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
-    "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
-    "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 40960,
-    "tie_word_embeddings": True, "eos_token_id": 151645}
+QWEN3_4B_DIR = ROOT / "launch" / "models" / "Qwen3-4B"  # shipped config.json (shapes only)
 
 
 @pytest.fixture(scope="module")
@@ -189,11 +184,8 @@ def test_fits_leaves_headroom_on_each_chip():
 @pytest.mark.slow
 def test_qwen3_4b_paper_config_plans_from_config_json_alone(tmp_path):
     """The MindZero paper config with only Qwen3-4B's config.json present (no weights)."""
-    model_dir = tmp_path / "Qwen3-4B"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text(json.dumps(QWEN3_4B))
     config = str(ROOT / "configs" / "mindzero_gridworld_qwen3_4b.py")
-    result = plan_json(config, env={"JAXTOM_MODELS": str(tmp_path)})
+    result = plan_json(config, env={"JAXTOM_MODELS": str(QWEN3_4B_DIR.parent)})
     n = result["mesh"]["devices"]
     assert result["model"]["params"] == 4_022_468_096
     assert result["model"]["param_dtype"] == "float32"

@@ -9,10 +9,6 @@ those of the constrained forward and backward drop against the unconstrained one
 tests/test_parallel.py).
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,6 +20,7 @@ import pytest
 from jaxtom.models import init_decoder
 from jaxtom.models.config import ModelConfig
 from jaxtom.models.decoder import UNROLL_MAX_LAYERS, uses_remat
+from tests.simulated import run_on_devices
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,13 +154,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_remat_and_constraint_equal_plain_and_save_memory():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(next(l for l in proc.stdout.splitlines()
-                          if l.startswith("RESULT "))[len("RESULT "):])
+    out = run_on_devices(SCRIPT, 8)
     for shape in ("(1, 8, 1)", "(2, 2, 2)"):
         r = out[shape]
         # cross-device reductions reorder float32 sums: rounding, relative to the scale

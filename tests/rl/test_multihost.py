@@ -9,17 +9,11 @@ import numpy as np
 import pytest
 
 from tests.rl.common import two_processes_and_one
+from tests.simulated import MULTIHOST_PREAMBLE
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent("""
-    import sys
-    import jax, numpy as np
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.config.update("jax_default_matmul_precision", "highest")
-    nproc, pid, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    if nproc > 1:
-        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+SCRIPT = MULTIHOST_PREAMBLE + textwrap.dedent("""
     assert jax.device_count() == 4 and jax.local_device_count() == 4 // nproc
     from jax.experimental import multihost_utils
     from jaxtom import parallel, rl

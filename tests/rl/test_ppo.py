@@ -5,10 +5,6 @@ simulated devices) instead of failing."""
 
 import dataclasses
 import functools
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +15,7 @@ import pytest
 from jaxtom import rl
 from tests.rl import reference as ref
 from tests.rl.common import TINY, params_array, tiny_model, two_processes_and_one
+from tests.simulated import MULTIHOST_PREAMBLE, run_on_devices
 
 jax.config.update("jax_default_matmul_precision", "highest")
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,13 +218,7 @@ SCRIPT = textwrap.dedent("""
 def test_odd_rows_on_four_devices_equal_one(on_policy_run):
     """The fixture's 7/5-row update (padded to 9 on one device) on a 2 x 2 (data, fsdp)
     mesh, where put_batch pads to 36 = 4-way data x 3 micro x 3 mini."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
-    out = json.loads(line[len("RESULT "):])
+    out = run_on_devices(SCRIPT, 4)
     assert (out["rows"], out["pred_rows"]) == (36, 36)
     assert out["q_shards"] == 4  # the weights really are split (fsdp)
     _, state, metrics, _, _, _ = on_policy_run
@@ -236,14 +227,8 @@ def test_odd_rows_on_four_devices_equal_one(on_policy_run):
     assert out["clip_last"] == pytest.approx(float(metrics["clip_frac_last"]), abs=1e-6)
 
 
-MULTI = textwrap.dedent("""
-    import dataclasses, sys
-    import jax, numpy as np
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.config.update("jax_default_matmul_precision", "highest")
-    nproc, pid, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    if nproc > 1:
-        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+MULTI = MULTIHOST_PREAMBLE + textwrap.dedent("""
+    import dataclasses
     assert jax.device_count() == 4
     from jax.experimental import multihost_utils
     from jaxtom import parallel, rl

@@ -3,12 +3,10 @@
 Runs in a subprocess with XLA_FLAGS set before JAX starts (see tests/test_parallel.py).
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from tests.simulated import run_on_devices
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,13 +50,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_step_equals_single_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
-    out = json.loads(line[len("RESULT "):])
+    out = run_on_devices(SCRIPT, 8)
     for shape in ["(2, 2, 2)", "(1, 2, 4)", "(4, 2, 1)"]:
         assert out[shape]["max_diff"] < 1e-5, (shape, out[shape])
         assert out[shape]["eta_diff"] < 1e-5, (shape, out[shape])
