@@ -230,6 +230,13 @@ class Decoder(nnx.Module):
     def _embed(self, tokens):
         return jnp.take(self.embed_tokens[...], tokens, axis=0).astype(self.config.compute_dtype)
 
+    def head_weight(self) -> tuple[jax.Array, int]:
+        """The LM head's weight and its vocabulary axis: the tied embedding [V, D] (axis 0)
+        or lm_head [D, V] (axis 1). Logits are `final_hidden @ head` in the compute dtype."""
+        if self.config.tie_word_embeddings:
+            return self.embed_tokens[...], 0
+        return self.lm_head[...], 1
+
     def _logits(self, h):
         cfg = self.config
         h = rms_norm(h, self.norm[...], cfg.rms_norm_eps)
@@ -238,13 +245,15 @@ class Decoder(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
                  segment_ids: jax.Array | None = None, *, mesh=None,
-                 rules: dict | None = None) -> jax.Array:
+                 rules: dict | None = None, return_hidden: bool = False) -> jax.Array:
         """Full causal forward without a cache (training, scoring).
 
         `segment_ids` [B, T] keep packed sequences from attending to each other. `mesh`
         (and the logical-axis `rules`, default `parallel.DEFAULT_RULES`): shard activations
         over its batch axes (rows arriving sharded otherwise are resharded to them). Each layer is
-        rematerialised in the backward pass when `uses_remat(config)`.
+        rematerialised in the backward pass when `uses_remat(config)`. `return_hidden`: the
+        final normed hidden states [B, T, D] instead of the logits, for losses that apply the
+        head themselves (`head_weight`) without forming [B, T, V].
         """
         cfg = self.config
         input_ids = jnp.asarray(input_ids)
@@ -276,6 +285,9 @@ class Decoder(nnx.Module):
                 h = block(h, p)
         else:
             h, _ = jax.lax.scan(lambda h, p: (block(h, p), None), h, self.layers.arrays())
+        if return_hidden:
+            return constrain(rms_norm(h, self.norm[...], cfg.rms_norm_eps), HIDDEN_AXES, mesh,
+                             rules)
         return constrain(self._logits(h), LOGITS_AXES, mesh, rules)
 
     def layer_arrays(self) -> list[dict[str, jax.Array]]:

@@ -13,6 +13,12 @@ the mini-batch (as verl / EasyR1 take them), accumulated as sums over micro-batc
 divided by counts taken from the whole mini-batch, so any micro-batch split gives the same
 update. A mini-batch with nothing to learn from (or non-finite gradients) leaves params and
 optimiser state untouched.
+
+Log-probs come from the decoder's final hidden states through `logprobs`: only the positions a
+loss reads (policy and decision tokens, prediction targets) are scored, a vocabulary chunk at
+a time, so no [B, T, V] logits are formed. How many positions a row may score is a static
+width, read from the batch's masks on the host when the step is called and bucketed
+(`logprobs.bucket_width`), so a run compiles a bounded number of programs.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
 from jaxtom.models.decoder import Decoder
-from jaxtom.rl import losses
+from jaxtom.rl import logprobs, losses
 from jaxtom.rl.batch import Batch, merge_rows, pad_rows, split_rows
 from jaxtom.rl.gradients import combine_gradients, compensated_add, global_norm
 
@@ -146,6 +152,44 @@ def _as_float32(tree):
     return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
 
 
+def _local_rows(x) -> dict:
+    """This process's rows of a [R, T] array as NumPy, keyed by their row range."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return {(s.index[0].start, s.index[0].stop): np.asarray(s.data)
+                for s in x.addressable_shards}
+    return {(None, None): np.asarray(x)}
+
+
+def _max_scored(*masks) -> int:
+    """Most entries any row scores: positions past the first where any of `masks` (None
+    skipped) is nonzero, over every process's rows (all processes must call it)."""
+    parts = [_local_rows(m) for m in masks if m is not None]
+    local = 0
+    for key in parts[0]:
+        hit = np.logical_or.reduce([p[key] > 0 for p in parts])
+        local = max(local, int(hit[:, 1:].sum(axis=1).max(initial=0)))
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        local = int(np.max(multihost_utils.process_allgather(np.asarray([local]))))
+    return local
+
+
+def score_widths(batch: Batch) -> tuple[int, int]:
+    """Static (policy-row, prediction-row) scoring widths of `batch` (see module docstring)."""
+    width = logprobs.bucket_width(_max_scored(batch.policy_mask, batch.decision_mask),
+                                  batch.tokens.shape[1])
+    p = batch.prediction
+    pwidth = 0 if p is None else logprobs.bucket_width(_max_scored(p.target_mask),
+                                                       p.tokens.shape[1])
+    return width, pwidth
+
+
+def _scored(batch: Batch) -> jax.Array:
+    """Positions a policy row's losses read: policy tokens and decision tokens."""
+    hit = batch.policy_mask > 0
+    return hit if batch.decision_mask is None else hit | (batch.decision_mask > 0)
+
+
 class Learner:
     """Owns the static parts of training (graph, optimiser, mesh) and the compiled step."""
 
@@ -236,13 +280,15 @@ class Learner:
         so its arrays arrive sharded). With several updates per batch, `batch.old_logp` (the
         sampler's log-probs) is used as given, and scored by the current params when None.
         """
+        widths = score_widths(batch)
         key = (jax.tree.structure(batch),
-               tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)))
+               tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)), widths)
         if key not in self._compiled:
             state_sh = self.state_shardings(state)
             rep = NamedSharding(self.mesh, PartitionSpec())
             self._compiled[key] = jax.jit(
-                self._update, in_shardings=(state_sh, self.batch_shardings(batch)),
+                lambda s, b: self._update(s, b, widths),
+                in_shardings=(state_sh, self.batch_shardings(batch)),
                 out_shardings=(state_sh, rep), donate_argnums=(0,))
         return self._compiled[key](state, batch)
 
@@ -250,36 +296,44 @@ class Learner:
         """Alias of `update` (the name existing callers use)."""
         return self.update(state, batch)
 
-    def _forward(self, params, frozen, tokens, positions, segments):
-        """Logits with activations sharded like the batch rows over the mesh (the decoder
-        rematerialises its layers as its config says)."""
+    def _logprobs(self, params, frozen, tokens, positions, segments, scored=None, width=None,
+                  entropy=False):
+        """(log-probs, entropies or None) [B, T] of `tokens`, aligned like
+        `losses.token_logprobs`, scoring only `scored` entries (at most `width` per row; all
+        entries when None). Activations are sharded like the batch rows over the mesh (the
+        decoder rematerialises its layers as its config says)."""
         model = nnx.merge(self.graphdef, params, frozen)
-        return model(tokens, positions, segments, mesh=self.mesh, rules=self.rules)
+        hidden = model(tokens, positions, segments, mesh=self.mesh, rules=self.rules,
+                       return_hidden=True)
+        head, vocab_axis = model.head_weight()
+        return logprobs.token_logprobs_from_hidden(hidden, head, tokens, vocab_axis=vocab_axis,
+                                                   scored=scored, width=width, entropy=entropy)
 
     def _reference_params(self, state, params):
         return (state.ref_params if self.reference == "frozen_copy"
                 else jax.tree.map(jnp.zeros_like, params))  # lora_disabled: zero adapters
 
-    def _reference_logp(self, state, params, mb: Batch, ref_in_batch: bool):
+    def _reference_logp(self, state, params, mb: Batch, ref_in_batch: bool, width: int):
         if self.reference == "none":
             return None
         if self.reference == "batch" or ref_in_batch:
             if mb.ref_logp is None:
                 raise ValueError("reference='batch' needs batch.ref_logp")
             return mb.ref_logp
-        logits = self._forward(self._reference_params(state, params), state.frozen, mb.tokens,
-                               mb.positions, mb.segment_ids)
-        return jax.lax.stop_gradient(losses.token_logprobs(logits, mb.tokens))
+        logp, _ = self._logprobs(self._reference_params(state, params), state.frozen, mb.tokens,
+                                 mb.positions, mb.segment_ids, _scored(mb), width)
+        return jax.lax.stop_gradient(logp)
 
-    def _micro_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool):
+    def _micro_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool, widths):
         cfg = self.cfg
         n_policy, n_decision, n_targets = counts
-        ref_logp = self._reference_logp(state, params, mb, ref_in_batch)
+        width, pwidth = widths
+        ref_logp = self._reference_logp(state, params, mb, ref_in_batch, width)
 
         def grpo_objective(params):
-            logits = self._forward(params, state.frozen, mb.tokens, mb.positions,
-                                   mb.segment_ids)
-            logp = losses.token_logprobs(logits, mb.tokens)
+            logp, entropy = self._logprobs(params, state.frozen, mb.tokens, mb.positions,
+                                           mb.segment_ids, _scored(mb), width,
+                                           entropy=mb.decision_mask is not None)
             old = jax.lax.stop_gradient(logp) if mb.old_logp is None else mb.old_logp
             total, _, stats = losses.grpo_terms(
                 logp, old, ref_logp, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
@@ -288,8 +342,7 @@ class Learner:
             objective = total / jnp.maximum(n_policy, 1.0)
             stats = dict(stats, grpo=objective)
             if mb.decision_mask is not None:
-                ent, _ = losses.decision_entropy_terms(losses.token_entropy(logits),
-                                                       mb.decision_mask)
+                ent, _ = losses.decision_entropy_terms(entropy, mb.decision_mask)
                 stats["entropy"] = ent
                 objective = objective - cfg.lambda_entropy * ent / jnp.maximum(n_decision, 1.0)
             return objective, stats
@@ -300,10 +353,9 @@ class Learner:
             p = mb.prediction
 
             def pred_objective(params):
-                logits = self._forward(params, state.frozen, p.tokens, p.positions,
-                                       p.segment_ids)
-                total, _ = losses.prediction_terms(losses.token_logprobs(logits, p.tokens),
-                                                   p.target_mask)
+                logp, _ = self._logprobs(params, state.frozen, p.tokens, p.positions,
+                                         p.segment_ids, p.target_mask > 0, pwidth)
+                total, _ = losses.prediction_terms(logp, p.target_mask)
                 return total / jnp.maximum(n_targets, 1.0)
 
             stats["pred"], g_pred = jax.value_and_grad(pred_objective)(params)
@@ -312,7 +364,8 @@ class Learner:
     def _uses_prediction(self, batch: Batch) -> bool:
         return batch.prediction is not None and self.cfg.lambda_pred != 0
 
-    def _gradients(self, state: TrainState, params, batch: Batch, ref_in_batch: bool = False):
+    def _gradients(self, state: TrainState, params, batch: Batch, widths,
+                   ref_in_batch: bool = False):
         """(combined, eta, g_grpo, g_pred or None, counts, stats): one update's gradient rule
         on `batch` (a whole mini-batch; token means over it, however it is micro-split)."""
         cfg = self.cfg
@@ -323,7 +376,8 @@ class Learner:
                      .astype(jnp.float32) if batch.prediction is not None else jnp.float32(0))
         counts = (n_policy, n_decision, n_targets)
         m = cfg.micro_batches
-        grads = lambda mb: self._micro_grads(state, params, mb, counts, ref_in_batch)  # noqa: E731
+        grads = lambda mb: self._micro_grads(state, params, mb, counts, ref_in_batch,  # noqa: E731
+                                             widths)
         if m == 1:
             g_grpo, g_pred, stats = grads(batch)
         else:
@@ -345,28 +399,29 @@ class Learner:
         """One update's (combined gradient, eta, g_grpo, g_pred) on the whole batch (as a
         single mini-batch), without updating anything."""
         multiple = self.row_multiple // self.cfg.ppo_mini_batches
-        key = ("grads", jax.tree.structure(batch))
+        widths = score_widths(batch)
+        key = ("grads", jax.tree.structure(batch), widths)
         if key not in self._compiled:
             self._compiled[key] = jax.jit(
-                lambda s, b: self._gradients(s, s.params, pad_rows(b, multiple))[:4])
+                lambda s, b: self._gradients(s, s.params, pad_rows(b, multiple), widths)[:4])
         return self._compiled[key](state, batch)
 
-    def _score(self, params, frozen, rows: Batch) -> jax.Array:
-        """Log-probs of `rows` [R, T] (no gradient), one micro-batch of logits at a time."""
+    def _score(self, params, frozen, rows: Batch, width: int) -> jax.Array:
+        """Log-probs of `rows` [R, T] at their scored positions (no gradient), one
+        micro-batch at a time."""
         m = self.cfg.micro_batches
-        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids), m)
-        out = jax.lax.map(lambda t: losses.token_logprobs(self._forward(params, frozen, *t),
-                                                          t[0]), micro)
+        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, _scored(rows)), m)
+        out = jax.lax.map(lambda t: self._logprobs(params, frozen, *t, width)[0], micro)
         return jax.lax.stop_gradient(merge_rows(out))
 
-    def _score_rollout(self, state: TrainState, minis: Batch) -> tuple[Batch, bool]:
+    def _score_rollout(self, state: TrainState, minis: Batch, width: int) -> tuple[Batch, bool]:
         """Old (rollout-policy) and reference log-probs, scored once before any update.
 
         Only for several updates per batch: with one update the ratio is 1 by construction
         and the reference is cheaper computed inside the gradient's micro-batches.
         """
         score = lambda params, b: jax.lax.map(  # noqa: E731
-            lambda r: self._score(params, state.frozen, r), b)
+            lambda r: self._score(params, state.frozen, r, width), b)
         if minis.old_logp is None:
             minis = minis.replace(old_logp=score(state.params, minis))
         if self.reference in ("frozen_copy", "lora_disabled"):
@@ -374,11 +429,11 @@ class Learner:
             return minis.replace(ref_logp=ref), True
         return minis, False
 
-    def _apply(self, state, params, opt_state, mini: Batch, lr, ref_in_batch):
+    def _apply(self, state, params, opt_state, mini: Batch, lr, ref_in_batch, widths):
         """One optimiser update on one mini-batch: (params, opt_state, metrics)."""
         cfg = self.cfg
         combined, eta, g_grpo, g_pred, counts, stats = self._gradients(state, params, mini,
-                                                                       ref_in_batch)
+                                                                       widths, ref_in_batch)
         n_policy, n_decision, n_targets = counts
         pred_norm = global_norm(g_pred) if g_pred is not None else jnp.float32(0.0)
         grad_norm = global_norm(combined)
@@ -413,21 +468,26 @@ class Learner:
         metrics = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
         return keep(new_params, params), keep(new_opt, opt_state), metrics
 
-    def _update(self, state: TrainState, batch: Batch):
+    def _update(self, state: TrainState, batch: Batch, widths=None):
+        """The update program; `widths` None scores every position (the most a batch of
+        these shapes can need, which is what a memory plan wants)."""
         cfg = self.cfg
+        if widths is None:
+            p = batch.prediction
+            widths = (batch.tokens.shape[1], 0 if p is None else p.tokens.shape[1])
         n, updates = cfg.ppo_mini_batches, cfg.updates_per_batch
         batch = pad_rows(batch, self.row_multiple)
         minis = split_rows(batch, n)  # [n, rows / n, ...]; prediction rows split alike
         ref_in_batch = False
         if updates > 1:
-            minis, ref_in_batch = self._score_rollout(state, minis)
+            minis, ref_in_batch = self._score_rollout(state, minis, widths[0])
 
         def body(carry, u):
             params, opt_state = carry
             mini = jax.tree.map(lambda x: x[u % n], minis)  # epoch u // n, mini-batch u % n
             lr = self.schedule(state.step * updates + u)
             params, opt_state, metrics = self._apply(state, params, opt_state, mini, lr,
-                                                     ref_in_batch)
+                                                     ref_in_batch, widths)
             return (params, opt_state), metrics
 
         carry = (state.params, state.opt_state)
@@ -449,6 +509,5 @@ class Learner:
         """Per-token log-probs of `batch.tokens` under the current params (no gradient)."""
         if "score" not in self._compiled:
             self._compiled["score"] = jax.jit(
-                lambda s, t, p, g: losses.token_logprobs(self._forward(s.params, s.frozen, t, p,
-                                                                       g), t))
+                lambda s, t, p, g: self._logprobs(s.params, s.frozen, t, p, g)[0])
         return self._compiled["score"](state, batch.tokens, batch.positions, batch.segment_ids)
