@@ -3,8 +3,9 @@
 Every row keeps its own cache length, so prompts of different lengths need no left padding
 and RoPE positions stay exact. The cache is donated into the jitted calls and handed back in
 `GenerationResult.state`; passing that state to the next `generate` call appends new tokens
-after what is already cached (the CToM controller's phase-by-phase use), costing only the
-new tokens' prefill.
+after what is already cached, costing only the new tokens' prefill. A caller that keeps
+caches itself (the CToM controller, per conversation) resumes with `pending=None` from any
+prefix of what a row holds, in a cache of the shape `call_shape` gives.
 
 Compilation is bounded. The batch, the prompt chunk, the output buffer and the cache are
 padded to geometric buckets (`bucket`), and `max_new_tokens` is a run-time value inside the
@@ -34,10 +35,15 @@ from jaxtom.stop_strings import MATCHED, find_stop, stop_tables
 
 @dataclasses.dataclass
 class ResumeState:
-    """What a later `generate` call needs to continue each row; usable once (cache donated)."""
+    """What a later `generate` call needs to continue each row; usable once (cache donated).
+
+    `pending=None` resumes from a kept cache: each row's prompt is written from slot
+    `lengths[i]` on, so a caller may rewind a row to any prefix of what it holds (slots past
+    a row's length are overwritten, never attended to).
+    """
     cache: KVCache
     lengths: np.ndarray  # valid cache slots per row
-    pending: np.ndarray  # last generated token per row, not yet in the cache
+    pending: np.ndarray | None = None  # last generated token per row, not yet in the cache
 
 
 class GenerationResult(NamedTuple):
@@ -304,6 +310,22 @@ def bucket(n: int, minimum: int, multiple: int = 1) -> int:
     return -(-size // multiple) * multiple
 
 
+def call_shape(model: Decoder, starts: Sequence[int], chunk_lens: Sequence[int],
+               buffer_len: int, max_cache_len: int | None = None) -> tuple[int, int]:
+    """(batch rows, cache slots) of a `generate` call whose rows write `chunk_lens[i]` tokens
+    from slot `starts[i]` on: a caller that keeps caches hands over one of exactly this
+    shape, which the call then uses as is."""
+    cfg = model.config
+    mesh = model_mesh(model)
+    multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    limit = min(max_cache_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
+    # slots: prefill writes T at starts, decode at most buffer_len more; never more than the
+    # (bucketed) position limit, which every request fits by generate's length check
+    floor = int(max(starts)) + bucket(max(chunk_lens), 8)
+    return (bucket(len(starts), 1, multiple),
+            max(floor, min(bucket(floor + buffer_len, 64), bucket(limit, 64))))
+
+
 def _split_stops(stop, tokenizer, eos_ids):
     ids = [int(s) for s in stop if not isinstance(s, str)] + list(eos_ids)
     strings = sorted({s for s in stop if isinstance(s, str)})
@@ -360,7 +382,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     if resume is not None:
         if len(rows) != len(resume.lengths):
             raise ValueError(f"resume state has {len(resume.lengths)} rows, got {len(rows)}")
-        rows = [[int(t)] + r for t, r in zip(resume.pending, rows)]
+        if resume.pending is not None:
+            rows = [[int(t)] + r for t, r in zip(resume.pending, rows)]
     if not rows or any(len(r) == 0 for r in rows):
         raise ValueError("every prompt must contain at least one token")
     if any(t < 0 or t >= cfg.vocab_size for r in rows for t in r):
@@ -377,7 +400,6 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
             raise ValueError("row_ids must lie in [0, 2**32)")
 
     mesh = model_mesh(model)
-    multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
     starts = np.zeros(n_real, np.int32) if resume is None else np.asarray(resume.lengths,
                                                                           np.int32)
     limit = min(max_cache_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -386,17 +408,15 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         raise ValueError(f"prompt of {longest - max_new_tokens} tokens plus max_new_tokens="
                          f"{max_new_tokens} exceeds the cache length {limit}")
     # rows are independent (own keys, own cache lengths), so padding the batch is exact
-    B = bucket(n_real, 1, multiple)
+    B, S = call_shape(model, starts, [len(r) for r in rows], buffer_len, max_cache_len)
     if resume is not None:
         B = max(B, resume.cache.k.shape[1])
     rows = rows + [[pad_id]] * (B - n_real)
     starts = np.concatenate([starts, np.zeros(B - n_real, np.int32)])
     T = bucket(max(map(len, rows)), 8)
-    # slots: prefill writes T at starts, decode at most buffer_len more; never more than the
-    # (bucketed) position limit, which every request fits by the check above
     floor = int(starts.max()) + T
-    S = max(floor, min(bucket(floor + buffer_len, 64), bucket(limit, 64)))
-    if resume is not None and resume.cache.k.shape[CACHE_SEQ_AXIS] >= floor + max_new_tokens:
+    if (resume is not None and resume.cache.k.shape[1] == B
+            and resume.cache.k.shape[CACHE_SEQ_AXIS] >= floor + max_new_tokens):
         cache = resume.cache
     elif resume is None:
         cache = KVCache.zeros(cfg, B, S)
@@ -406,8 +426,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r
     lens = np.asarray([len(r) for r in rows], np.int32)
-    tables = stop_tables(stop_strs, tokenizer.token_texts()) if stop_strs else np.zeros(
-        (0, 1, cfg.vocab_size), np.int16)
+    tables = _padded(stop_tables(stop_strs, tokenizer.token_texts())) if stop_strs else (
+        np.zeros((0, 1, cfg.vocab_size), np.int16))
     stop_arr = np.full(bucket(max(len(stop_ids), 1), 4), -1, np.int32)
     stop_arr[:len(stop_ids)] = stop_ids
 
@@ -430,7 +450,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         # sharded over devices (here the mesh is this process's own devices)
         chunk, inputs = jax.device_put((chunk, inputs), input_shardings(mesh))
     cache, state = prefill(params, cache, chunk, inputs)
-    cache, state = decode(params, cache, state, inputs)
+    if max_new_tokens > 1:  # else the loop would not run: no decode program to compile
+        cache, state = decode(params, cache, state, inputs)
     out_tok, out_lp, n_gen, finished, lengths, pending, steps = jax.device_get(
         (state.tokens, state.logprobs, state.n_new, state.finished, state.lengths, state.token,
          state.step))
@@ -446,6 +467,16 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     new_state = ResumeState(cache, np.asarray(lengths[:n_real]), np.asarray(pending[:n_real]))
     return GenerationResult(out_tok, np.asarray(out_lp[:n_real, :max_new_tokens]), n_gen,
                             np.asarray(finished[:n_real]), texts, new_state, int(steps))
+
+
+def _padded(tables: np.ndarray) -> np.ndarray:
+    """Stop tables padded to bucketed string counts and depths, so that calls with
+    different stop strings (the CToM phases' closing tags) share compiled programs. Added
+    automata are all zeros and added states unreachable: neither ever matches."""
+    n, depth, vocab = tables.shape
+    out = np.zeros((bucket(n, 1), bucket(depth, 16), vocab), np.int16)
+    out[:n, :depth] = tables
+    return out
 
 
 def _grow(cache: KVCache, batch: int, length: int) -> KVCache:

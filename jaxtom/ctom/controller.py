@@ -11,6 +11,13 @@ simulator reply) and receives the answer. The driver gathers the pending request
 live conversation, sends policy phases with the same (cap, stop string) to the policy as one
 batch and all simulator requests as another, so conversations in different phases advance
 together and a finished one simply stops yielding (it leaves the batch).
+
+Contexts are token sequences that extend each other: a phase appends controller tags to the
+tokens just sampled, and a round's h_t is the previous h_t plus the new visible turns' tokens
+(`protocol.extend_history`). The driver names each row's conversation, so a policy that keeps
+each conversation's KV cache (`policies.SamplerPolicy`) prefills only the new tokens, and
+with `shared_buffer` every phase asks for the same output buffer (its largest cap), so
+phases with different caps share one compiled decode loop.
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ class ControllerConfig:
     categorical: bool = True
     mode: str = "ctom"  # ctom | direct (Prompting Base / Naive GRPO)
     response_cap: int = 2048  # direct mode: the one response per round
+    # every phase asks the sampler for one output buffer (the largest cap), so phases share a
+    # compiled decode loop; each decode step then attends over that many more cache slots
+    shared_buffer: bool = True
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -69,10 +79,19 @@ class ControllerConfig:
             merged["prediction_cap"] + merged["revision_cap"]) + merged["prediction_cap"])
         return cls(**merged)
 
+    @property
+    def largest_cap(self) -> int:
+        if self.mode == "direct":
+            return self.response_cap
+        return max(self.plan_cap, self.decision_cap, self.ask_cap, self.draft_cap,
+                   self.prediction_cap, self.revision_cap)
+
 
 class Policy(Protocol):
     def generate(self, contexts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                 stop: Sequence[str], kind: str, key: jax.Array) -> list[list[int]]: ...
+                 stop: Sequence[str], kind: str, key: jax.Array,
+                 conversations: Sequence[int] | None = None,
+                 buffer_len: int | None = None) -> list[list[int]]: ...
 
 
 @dataclasses.dataclass
@@ -142,6 +161,7 @@ def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, syst
     enc, dec = tok.encode, tok.decode
     conv = Conversation(task=task, visible=[("user", task.prompt)])
     shown = None
+    history, seen = None, None  # h_t's tokens, and the visible turns they render
 
     def phase(seg, cap, closing, kind):
         ids = yield _Gen(list(seg.tokens), cap, (closing,) if closing else (), kind)
@@ -152,8 +172,10 @@ def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, syst
         return text
 
     for t in range(cfg.max_rounds):
+        history = P.extend_history(tok, system, seen, conv.visible, history)
+        seen = list(conv.visible)
         seg = P.Segments()
-        seg.controller(enc(P.render_history(tok, system, conv.visible) + P.PLAN_START))
+        seg.controller(history + enc(P.PLAN_START))
         plan = P.strip_phase((yield from phase(seg, cfg.plan_cap, P.PLAN_END, "plan")), P.PLAN_END)
         seg.controller(enc("\n" + P.DECISION + " "))
         raw = P.parse_decision((yield from phase(seg, cfg.decision_cap, None, "decision")))
@@ -215,9 +237,12 @@ def _direct_conversation(task: Task, cfg: ControllerConfig, tok, system: str):
     """
     conv = Conversation(task=task, visible=[("user", task.prompt)])
     last = None
+    history, seen = None, None
     for t in range(cfg.max_rounds):
+        history = P.extend_history(tok, system, seen, conv.visible, history)
+        seen = list(conv.visible)
         seg = P.Segments()
-        seg.controller(tok.encode(P.render_history(tok, system, conv.visible)))
+        seg.controller(history)
         ids = yield _Gen(list(seg.tokens), cfg.response_cap, (), "response")
         seg.sampled(ids)
         text = tok.decode(list(ids), skip_special_tokens=True).strip()
@@ -269,7 +294,8 @@ def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimu
                       cfg: ControllerConfig, *, key: jax.Array, seed: int = 0,
                       code_scorer=None) -> list[Conversation]:
     """Runs one conversation per task (repeat a task G times for a GRPO group), batched;
-    `cfg.mode` picks the CToM loop or the direct (baseline) one."""
+    `cfg.mode` picks the CToM loop or the direct (baseline) one. Conversation i is row id i
+    for the policy; a policy's kept caches are released before and after the run."""
     if cfg.mode == "direct":
         system = system_prompt(cfg.domain, baseline=True)
         gens = [_direct_conversation(t, cfg, tok, system) for t in tasks]
@@ -287,6 +313,22 @@ def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimu
             results[i] = stop.value
             pending.pop(i, None)
 
+    release = getattr(policy, "release_caches", lambda: None)
+    release()
+    try:
+        _drive(gens, pending, advance, policy, simulator, cfg, key, seed)
+    finally:
+        release()
+    for conv in results:
+        if conv.failed is None:
+            score_conversation(conv, cfg, tok, code_scorer)
+    return results
+
+
+def _drive(gens, pending, advance, policy, simulator, cfg: ControllerConfig, key, seed):
+    """Advances every conversation until none is pending: simulator requests first (one
+    batch), else the largest group of policy phases with the same (cap, stop, kind)."""
+    buffer_len = cfg.largest_cap if cfg.shared_buffer else None
     for i in range(len(gens)):
         advance(i, None)
     calls = 0
@@ -303,11 +345,8 @@ def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimu
             groups.setdefault((r.max_new_tokens, r.stop, r.kind), []).append(i)
         (cap, stop, kind), rows = max(groups.items(), key=lambda kv: len(kv[1]))
         outs = policy.generate([pending[i].tokens for i in rows], max_new_tokens=cap,
-                               stop=list(stop), kind=kind, key=jax.random.fold_in(key, calls))
+                               stop=list(stop), kind=kind, key=jax.random.fold_in(key, calls),
+                               conversations=rows, buffer_len=buffer_len)
         calls += 1
         for i, ids in zip(rows, outs):
             advance(i, list(ids))
-    for conv in results:
-        if conv.failed is None:
-            score_conversation(conv, cfg, tok, code_scorer)
-    return results

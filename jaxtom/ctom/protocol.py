@@ -71,6 +71,27 @@ def render_history(tokenizer, system: str, visible: list[tuple[str, str]]) -> st
     return tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
 
 
+def extend_history(tokenizer, system: str, before: list[tuple[str, str]] | None,
+                   after: list[tuple[str, str]], tokens: list[int] | None) -> list[int]:
+    """h_t's token ids for the visible turns `after`, given `tokens` for the turns `before`.
+
+    The new turns are appended as the tokens of the text they add to the rendering, not by
+    re-encoding the whole history, so h_{t+1} extends h_t token for token whatever the
+    tokenizer would merge across the boundary: a kept KV cache of h_t stays valid, and a
+    policy that re-prefills sees the same ids. The whole history is encoded afresh at the
+    first round, and when the template re-renders earlier turns or the new text's tokens
+    do not decode back to it (a tokenizer that adds a prefix space per call).
+    """
+    text = render_history(tokenizer, system, after)
+    if tokens is not None and before is not None:
+        old = render_history(tokenizer, system, before)
+        if text.startswith(old):
+            tail = tokenizer.encode(text[len(old):])
+            if tokenizer.decode(tail) == text[len(old):]:
+                return list(tokens) + tail
+    return tokenizer.encode(text)
+
+
 @dataclasses.dataclass
 class Segments:
     """Token ids with a parallel policy mask and decision mask."""

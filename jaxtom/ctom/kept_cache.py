@@ -1,0 +1,125 @@
+"""Each conversation's KV cache, kept between the controller's phases and rounds.
+
+A conversation's next context starts with what its cache already holds: a phase appends
+controller tags to the tokens just sampled, and a round appends the new visible turns to the
+tokens of h_t (the controller builds contexts as token sequences for that reason). So the
+sampler need prefill only the rest. Matching is by token ids, never by bookkeeping: each
+conversation keeps the ids whose keys and values fill its first cache slots, and a context
+reuses the longest common prefix (the sampler overwrites slots past it and never attends to
+them). Any context is handled correctly; the saving depends on contexts extending each other.
+
+The caches of all conversations live in one array, [layers, conversations, kv_heads, slots,
+head_dim]; a call gathers its rows (sliced to the slots the call needs, so decode attends
+over no more slots than a fresh cache would have) and scatters the result back.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtom import sampling
+from jaxtom.models.decoder import CACHE_SEQ_AXIS, KVCache
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _gather(store: KVCache, rows: jax.Array, slots: int) -> KVCache:
+    take = lambda a: jnp.take(a, rows, axis=1, mode="clip")[:, :, :, :slots]  # noqa: E731
+    return KVCache(take(store.k), take(store.v))
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _scatter(store: KVCache, rows: jax.Array, part: KVCache) -> KVCache:
+    """Writes `part`'s rows into `store` at `rows`; out-of-range ids (batch padding) drop."""
+    slots = part.k.shape[CACHE_SEQ_AXIS]
+    put = lambda a, p: a.at[:, rows, :, :slots].set(p.astype(a.dtype), mode="drop")  # noqa: E731
+    return KVCache(put(store.k, part.k), put(store.v, part.v))
+
+
+def _grown(store: KVCache, rows: int, slots: int) -> KVCache:
+    pad = [(0, 0)] * store.k.ndim
+    pad[1] = (0, rows - store.k.shape[1])
+    pad[CACHE_SEQ_AXIS] = (0, slots - store.k.shape[CACHE_SEQ_AXIS])
+    return KVCache(jnp.pad(store.k, pad), jnp.pad(store.v, pad))
+
+
+class KeptCaches:
+    """Per-conversation KV caches for `sampling.generate`, reused by longest token prefix."""
+
+    def __init__(self, model, max_cache_len: int | None = None):
+        self.model, self.max_cache_len = model, max_cache_len
+        self.store: KVCache | None = None
+        self.held: dict[int, list[int]] = {}  # token ids in each conversation's first slots
+
+    def _reserve(self, rows: int, slots: int) -> None:
+        """Grows the store (geometrically) to at least `rows` conversations and `slots`."""
+        if self.store is None:
+            self.store = KVCache.zeros(self.model.config, sampling.bucket(rows, 1), slots)
+            return
+        have_rows, have_slots = self.store.k.shape[1], self.store.k.shape[CACHE_SEQ_AXIS]
+        if rows > have_rows or slots > have_slots:
+            self.store = _grown(self.store, max(have_rows, sampling.bucket(rows, 1)),
+                                max(have_slots, slots))
+
+    def plan(self, contexts: Sequence[Sequence[int]], conversations: Sequence[int]
+             ) -> tuple[list[int], list[list[int]]]:
+        """(cache slots each row resumes from, the tokens each row must prefill)."""
+        starts, chunks = [], []
+        for conv, ctx in zip(conversations, contexts):
+            ctx = list(map(int, ctx))
+            if not ctx:
+                raise ValueError("every context must contain at least one token")
+            # at least one token is prefilled: its logits choose the first new token
+            start = min(common_prefix(self.held.get(conv, []), ctx), len(ctx) - 1)
+            starts.append(start)
+            chunks.append(ctx[start:])
+        return starts, chunks
+
+    def generate(self, contexts: Sequence[Sequence[int]], conversations: Sequence[int], *,
+                 max_new_tokens: int, buffer_len: int | None = None, **kwargs):
+        """`sampling.generate(model, contexts, ...)`, prefilling only what each conversation's
+        cache lacks; returns (its GenerationResult, tokens prefilled per row)."""
+        if len(set(conversations)) != len(conversations):
+            raise ValueError("a call holds each conversation at most once")
+        if buffer_len is None:
+            buffer_len = sampling.bucket(max_new_tokens, 16)  # generate's own default
+        starts, chunks = self.plan(contexts, conversations)
+        batch, slots = sampling.call_shape(self.model, starts, [len(c) for c in chunks],
+                                           buffer_len, self.max_cache_len)
+        self._reserve(max(conversations) + 1, slots)
+        n_store = self.store.k.shape[1]
+        rows = np.full(batch, n_store, np.int32)  # padding rows: gathered clipped, never stored
+        rows[:len(conversations)] = conversations
+        cache = _gather(self.store, rows, slots)
+        resume = sampling.ResumeState(cache, np.asarray(starts, np.int32))
+        out = sampling.generate(self.model, chunks, max_new_tokens=max_new_tokens,
+                                buffer_len=buffer_len, resume=resume,
+                                max_cache_len=self.max_cache_len, **kwargs)
+        part = out.state.cache
+        self._reserve(n_store, part.k.shape[CACHE_SEQ_AXIS])
+        self.store = _scatter(self.store, rows, part)
+        for conv, ctx, new, length in zip(conversations, contexts, out.sequences(),
+                                          out.state.lengths):
+            held = list(map(int, ctx)) + new[:-1]  # the last new token is not in the cache
+            if len(held) != int(length):
+                raise RuntimeError(f"conversation {conv}: cache holds {int(length)} slots, "
+                                   f"expected {len(held)}")
+            self.held[conv] = held
+        return out, [len(c) for c in chunks]
+
+    def release(self) -> None:
+        """Drops every kept cache (its keys and values belong to the current weights)."""
+        self.store, self.held = None, {}

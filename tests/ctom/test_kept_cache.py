@@ -1,0 +1,163 @@
+"""Kept KV caches: the controller's contexts extend each other token for token, a policy that
+keeps each conversation's cache prefills only new tokens, and greedy transcripts equal the
+re-prefill path's (tiny random model, scripted simulator)."""
+
+import jax
+import pytest
+from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tokenizers, trainers
+
+from jaxtom import sampling
+from jaxtom.ctom import protocol as P
+from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.data import builtin_tasks
+from jaxtom.ctom.kept_cache import KeptCaches, common_prefix
+from jaxtom.ctom.policies import SamplerPolicy, ScriptedPolicy
+from jaxtom.ctom.prompts import SIMULATOR_PROMPTS, system_prompt
+from jaxtom.ctom.simulators import ScriptedSimulator
+from jaxtom.models import init_decoder
+from jaxtom.models.config import ModelConfig
+from jaxtom.tokenizer import Tokenizer
+
+from .scripted import TOK
+
+MATH = builtin_tasks("math")[1]
+WRITE = builtin_tasks("writing")[0]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """A small byte-level BPE with ChatML specials, trained on the prompts it will encode."""
+    corpus = list(SIMULATOR_PROMPTS.values()) + [system_prompt(d) for d in ("math", "writing")]
+    corpus += [t.prompt + " " + t.hidden for t in (MATH, WRITE)]
+    bpe = HFTokenizer(tm.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=1200, special_tokens=["<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return Tokenizer(bpe, chat_format="qwen3", eos_tokens=("<|im_end|>",))
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    cfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=32,
+                      intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                      head_dim=16, qk_norm=True, max_position_embeddings=4096,
+                      eos_token_ids=tok.eos_token_ids)
+    return init_decoder(cfg, seed=0)
+
+
+CFG = dict(max_rounds=2, max_revisions=1, plan_cap=6, ask_cap=8, draft_cap=10,
+           revision_cap=10, prediction_cap=6)
+
+
+def transcript(conv):
+    return (conv.visible, conv.actions, conv.end, conv.submission,
+            [(r.plan, r.raw_decision, r.drafts, r.predictions, r.shown, r.reply)
+             for r in conv.rounds], [s.tokens for s in conv.sequences],
+            [s.policy for s in conv.sequences])
+
+
+def test_common_prefix_and_what_a_row_prefills():
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
+    assert common_prefix([1, 2], [1, 2, 3]) == 2 and common_prefix([1, 2, 3], [1, 2]) == 2
+    caches = KeptCaches(model=None)
+    caches.held = {0: [1, 2, 3, 4], 1: [1, 2, 3, 4], 2: [1, 2, 3]}
+    starts, chunks = caches.plan([[1, 2, 3, 4, 5, 6], [1, 2, 9], [1, 2, 3], [7, 8]], [0, 1, 2, 3])
+    # extends: only the new tokens; diverges: back to the common prefix; already held: the
+    # last token again (its logits choose the first new token); unknown: everything
+    assert starts == [4, 2, 2, 0] and chunks == [[5, 6], [9], [3], [7, 8]]
+
+
+def test_rounds_extend_the_previous_history_token_for_token():
+    """Round t+1's h_t starts with round t's h_t, and equals the re-encoded history here."""
+    def script(ctx, kind):
+        return {"plan": "Go." + P.PLAN_END, "decision": "A",
+                "draft": r"x = \boxed{5}" + P.DRAFT_END}.get(kind, "ok" + P.PREDICTION_END)
+
+    cfg = ControllerConfig.for_domain("math", max_rounds=3, max_revisions=0, plan_cap=16,
+                                      draft_cap=16, revision_cap=16, prediction_cap=16)
+    [conv] = run_conversations([MATH], ScriptedPolicy(TOK, script), ScriptedSimulator(), TOK,
+                               cfg, key=jax.random.key(0))
+    system = system_prompt("math", categorical=cfg.categorical)
+    plan_start = TOK.encode(P.PLAN_START)
+    heads = []
+    for rnd, seg in zip(conv.rounds, conv.sequences):
+        h = seg.tokens[:seg.policy.index(1.0) - len(plan_start)]
+        assert TOK.decode(h) == P.render_history(TOK, system, conv.visible[:rnd.history_len])
+        assert h == TOK.encode(P.render_history(TOK, system, conv.visible[:rnd.history_len]))
+        heads.append(h)
+    assert len(heads) == 3
+    for a, b in zip(heads, heads[1:]):
+        assert b[:len(a)] == a and len(b) > len(a)
+
+
+def test_every_call_names_its_conversation_and_one_buffer():
+    seen = []
+
+    class Spy(ScriptedPolicy):
+        def generate(self, contexts, **kw):
+            seen.append((kw["conversations"], kw["buffer_len"], [TOK.decode(c) for c in contexts]))
+            return super().generate(contexts, **kw)
+
+    script = lambda ctx, kind: "A" if kind == "decision" else "fine[PLAN_END][DRAFT_END]"  # noqa: E731
+    tasks = [MATH, WRITE]
+    for shared, expected in ((True, 16), (False, None)):
+        seen.clear()
+        cfg = ControllerConfig.for_domain("writing", max_rounds=1, max_revisions=0,
+                                          plan_cap=4, ask_cap=8, draft_cap=16,
+                                          revision_cap=16, prediction_cap=8,
+                                          shared_buffer=shared)
+        run_conversations(tasks, Spy(TOK, script), ScriptedSimulator(), TOK, cfg,
+                          key=jax.random.key(0))
+        assert seen and all(buf == expected for _, buf, _ in seen)
+        for convs, _, texts in seen:
+            assert all(tasks[c].prompt in text for c, text in zip(convs, texts))
+
+
+def test_kept_caches_prefill_only_new_tokens_and_transcripts_match(tok, model):
+    cfg = ControllerConfig.for_domain("math", **CFG)
+    runs = {}
+    for reuse in (True, False):
+        policy = SamplerPolicy(model, tok, temperature=0.0, reuse_cache=reuse)
+        convs = run_conversations([MATH, WRITE], policy, ScriptedSimulator(run_code=False), tok,
+                                  cfg, key=jax.random.key(0))
+        runs[reuse] = (convs, policy)
+        assert policy.caches is None or policy.caches.store is None  # released after the run
+    (kept, kept_policy), (fresh, fresh_policy) = runs[True], runs[False]
+    assert [transcript(c) for c in kept] == [transcript(c) for c in fresh]
+    assert all(len(c.rounds) == 2 for c in kept)  # h_t grew between rounds
+    for i, conv in enumerate(kept):
+        # every token of a round's sequence is written to the cache once (prefilled, or
+        # decoded and then prefilled as the next chunk's first token), apart from h_t's
+        # prefix shared with the round before, so the re-prefill path's count is far higher
+        total = sum(len(s) for s in conv.sequences)
+        assert kept_policy.prefilled[i] <= total
+        assert fresh_policy.prefilled[i] > 4 * kept_policy.prefilled[i]
+
+
+def test_phases_with_different_caps_share_decode_programs(tok, model):
+    """One shared output buffer: the compiled decode loop depends on the cache shape only,
+    so phases with different caps in one cache-size bucket run one program."""
+    cfg = ControllerConfig.for_domain("math", **{**CFG, "max_rounds": 1})
+    calls = []
+    original = sampling.generate
+
+    def recording(*args, **kw):
+        out = original(*args, **kw)
+        calls.append((out.state.cache.k.shape, kw["buffer_len"], kw["max_new_tokens"]))
+        return out
+
+    sampling._COMPILED.clear()  # fresh jit wrappers: earlier programs do not count
+    before = sampling.TRACE_COUNT["decode"]
+    sampling.generate = recording
+    try:
+        run_conversations([MATH, WRITE], SamplerPolicy(model, tok, temperature=0.0),
+                          ScriptedSimulator(run_code=False), tok, cfg, key=jax.random.key(0))
+    finally:
+        sampling.generate = original
+    assert {buf for _, buf, _ in calls} == {cfg.largest_cap}
+    shapes = {shape for shape, _, _ in calls}
+    caps_per_shape = [{cap for s, _, cap in calls if s == shape} for shape in shapes]
+    assert max(map(len, caps_per_shape)) >= 2  # some program served several caps
+    assert sampling.TRACE_COUNT["decode"] - before <= len(shapes)
