@@ -35,6 +35,10 @@ class WarmupSpec:
     batch_size: int = 32
     learning_rate: float = 3e-3
     teacher: str = "random"  # random | approached (see jaxtom.mindzero.data)
+    # After the warm-up, the held-out monitor's greedy completions must number at least this
+    # many distinct strings (0: no check): fewer means the model ignores its observation, and
+    # SSRL from there only moves a constant (seen on other CPUs), so the run stops instead.
+    min_distinct: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,8 @@ class EvalSpec:
     episodes: int = 20
     seeds: tuple[int, ...] = (10, 20, 30)
     random_prob: float = 0.15
+    teleport_after: int = 3  # the helper's teleport rule (gridworld.helper), on as in the
+    # public code's evaluation; 0 turns it off
     stride: int = 1
     assistance: bool = True
     assist_episodes: int = 0  # 0: all evaluated episodes; else the first this many (costly)
@@ -79,6 +85,8 @@ class MindZeroSection:
             check(getattr(d, name) >= 1, f"data.{name}", "a positive int", getattr(d, name))
         check(w.steps >= 0, "warmup.steps", "an int >= 0 (0: no warm-up)", w.steps)
         check(w.batch_size >= 1, "warmup.batch_size", "a positive int", w.batch_size)
+        check(w.min_distinct >= 0, "warmup.min_distinct", "an int >= 0 (0: no check)",
+              w.min_distinct)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
         check(w.teacher in ("random", "approached"), "warmup.teacher",
@@ -90,5 +98,7 @@ class MindZeroSection:
         check(e.episodes >= 1 and e.stride >= 1, "eval.episodes",
               "positive eval.episodes and eval.stride", (e.episodes, e.stride))
         check(0 <= e.score_mix < 1, "eval.score_mix", "a number in [0, 1)", e.score_mix)
+        check(e.teleport_after >= 0, "eval.teleport_after", "an int >= 0 (0: off)",
+              e.teleport_after)
         check(config.step.micro_batches >= 1, "step.micro_batches", "a positive int",
               config.step.micro_batches)

@@ -8,10 +8,10 @@ and batches the records deterministically from a seed; the prompts are rendered 
 Warm-up targets stand in for what the paper samples from a pretrained model when a base model
 cannot yet write the format (section 5): label-free particles that follow the prompt's
 nearest-first rule. Two teachers: `random` (any valid pair but the true goal) and
-`approached` (a weak observation-only heuristic: object1 is what the human carries, else the
-first object the observation lists; object2 one of the next three listed that are farther from
-the human's start), which also teaches a from-scratch
-model to read the observation before SSRL has to improve on it.
+`approached` (a weak observation-only heuristic: object1 is the first object the compact
+observation lists, object2 one of the next three, uniformly, with random probabilities), which
+teaches a from-scratch model to read the observation; SSRL then has to learn from the reward
+which of the listed partners deserve the mass.
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
         true = tuple(int(g) for g in view.goal[e])
         ordered = [p for p in ordered if p != true and p[::-1] != true]
     elif t is not None:
-        held = int(view.holding[e, t])
         order = approach_order(view, e, t)
-        later = [k for k in order[1:] if held >= 0 or _ordered(order[0], k, start)][:3]
+        later = order[1:4]  # the lead's likeliest partners first (see approach_order)
         rng.shuffle(later)
         chosen = [(order[0], b) for b in later][:num_particles]
     rest = [p for p in ordered if p not in chosen and p[::-1] not in chosen]

@@ -63,6 +63,23 @@ def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation:
     return beliefs, tokens
 
 
+def listed_order_beliefs(view: HostEpisodes, rows, num_particles: int = 2,
+                         num_objects: int = 8) -> np.ndarray:
+    """[M, G] a label-free heuristic that reads the compact observation's order directly:
+    the first-listed object paired with the next `num_particles` listed, mass split 0.6 / 0.4
+    (or evenly beyond two). It shows how much of a model's score the observation's order
+    alone gives, so a trained model can be judged against it."""
+    from jaxtom.mindzero.observation import approach_order
+    weights = ([1.0] if num_particles == 1 else [0.6, 0.4] if num_particles == 2
+               else [1.0 / num_particles] * num_particles)
+    beliefs = np.zeros((len(rows), num_objects * (num_objects - 1)))
+    for i, (e, t) in enumerate(rows):
+        order = approach_order(view, e, t)
+        for b, w in zip(order[1:1 + num_particles], weights):
+            beliefs[i, int(goal_index(order[0], b, num_objects))] += w
+    return beliefs
+
+
 def reference_beliefs(view: HostEpisodes, rows, params: EnvParams, seed: int = 0,
                       num_particles: int = 2) -> dict[str, np.ndarray]:
     """Baselines at the same rows: random goal, exact posterior (full and its top-N)."""

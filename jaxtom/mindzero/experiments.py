@@ -66,7 +66,7 @@ def tiny_config() -> Config:
             data=DataSpec(max_steps=50, train_episodes=400, eval_episodes=40, split="episodes",
                           label_set="figure7", observation="compact", num_particles=2),
             warmup=WarmupSpec(steps=600, batch_size=32, learning_rate=3e-3,
-                              teacher="approached"),
+                              teacher="approached", min_distinct=8),
             reward=RewardConfig(),
             eval=EvalSpec(episodes=40, seeds=(10, 20, 30), random_prob=0.15, stride=2,
                           assist_episodes=30, qa_episodes=20)),

@@ -70,14 +70,24 @@ def phase_start(view, e: int, t: int) -> int:
 
 
 def approach_order(view, e: int, t: int) -> list[int]:
-    """Object ids as the compact observation lists them: the carried object first, then by how
-    consistently the human has closed in on each during the current phase (steps towards minus
-    steps away), then by distance now, then by label."""
+    """Object ids as the compact observation lists them. First the lead object: the carried
+    one, else the one the human has closed in on most consistently during the current phase
+    (steps towards minus steps away; then nearest now, then label). Then the rest: first those
+    the nearest-first rule allows as the lead's partner (farther than the lead from the human's
+    start, as the prompt's rule says a goal's object1 is the nearer), each group by closing,
+    distance now and label. The order is a function of observed states only; it puts the
+    geometric evidence up front so a small model can read it, and SSRL has to learn how far to
+    trust it (how much mass the listed alternatives deserve)."""
     d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
     closing = np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(d.shape[1])
-    held = int(view.holding[e, t])
-    return sorted(range(d.shape[1]), key=lambda k: (k != held, -int(closing[k]), int(d[-1, k]),
-                                                   view.labels[e][k]))
+    labels = view.labels[e]
+    lead = int(view.holding[e, t])
+    if lead < 0:
+        lead = min(range(d.shape[1]), key=lambda k: (-int(closing[k]), int(d[-1, k]), labels[k]))
+    start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
+    partner = lambda k: (int(start[k]), k) > (int(start[lead]), lead)  # noqa: E731
+    return sorted(range(d.shape[1]), key=lambda k: (k != lead, not partner(k), -int(closing[k]),
+                                                   int(d[-1, k]), labels[k]))
 
 
 def compact_observation(view: HostEpisodes, e: int, t: int, num_particles: int,

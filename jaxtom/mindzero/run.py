@@ -133,6 +133,8 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
             max_new_tokens=cfg.trainer.max_new_tokens, temperature=cfg.mindzero.eval.temperature,
             seed=cfg.trainer.seed)
     refs = ev.reference_beliefs(view, rows, params, cfg.trainer.seed, n)
+    if cfg.mindzero.data.observation == "compact":
+        beliefs["listed order (heuristic)"] = ev.listed_order_beliefs(view, rows, n)
     beliefs.update({"random goal": refs["random"], "exact posterior": refs["exact"],
                     f"exact posterior top-{n}": refs[f"exact_top{n}"],
                     "uniform": refs["uniform"]})
@@ -150,7 +152,8 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
     if cfg.mindzero.eval.qa_episodes > 0:
         results["qa"] = evaluate_qa(cfg, models, qa)
     if cfg.mindzero.eval.assistance:
-        aparams = params.replace(random_prob=cfg.mindzero.eval.random_prob)
+        aparams = params.replace(random_prob=cfg.mindzero.eval.random_prob,
+                                 teleport_after=cfg.mindzero.eval.teleport_after)
         n_assist = min(cfg.mindzero.eval.assist_episodes or len(view), len(view))
         assist_states = test.take(np.arange(n_assist)).states
         assist_tab = {}

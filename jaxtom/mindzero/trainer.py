@@ -283,6 +283,25 @@ def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 12
     return score
 
 
+class WarmupCollapsed(RuntimeError):
+    """The warm-up ended input-independent; SSRL from it would only move a constant."""
+
+
+def check_warmup(scores: dict, min_distinct: int) -> dict:
+    """The warm-up model's held-out monitor scores, printed; raises `WarmupCollapsed` when its
+    greedy completions number fewer than `min_distinct` distinct strings."""
+    print(f"warm-up, held-out monitor: top-1 {scores['top1']:.3f}, log score "
+          f"{scores['log_score']:.2f}, {scores['distinct_completions']:.0f} distinct completions")
+    if scores["distinct_completions"] < min_distinct:
+        raise WarmupCollapsed(
+            f"the warm-up model gives {scores['distinct_completions']:.0f} distinct completions "
+            f"on the held-out monitor's prompts (expected >= {min_distinct}): it ignores its "
+            "observation. Train it longer (mindzero.warmup.steps) or at another "
+            "mindzero.warmup.learning_rate, or disable the check with "
+            "mindzero.warmup.min_distinct=0.")
+    return scores
+
+
 def train(config, progress: bool = True) -> dict:
     """The whole run: data, tokenizer, model, warm-up, SSRL; returns paths and timings.
     Rerunning it on a run directory resumes (a finished phase is not repeated)."""
@@ -311,10 +330,13 @@ def train(config, progress: bool = True) -> dict:
         model = warm.learner.model(warm.run())
         save_model(model, run_dir / "warmup")
     timings["warmup_s"] = time.perf_counter() - t1
+    monitor = heldout_monitor(config, test_view, codec)
+    if mz.warmup.steps and (config.trainer.eval_every or mz.warmup.min_distinct):
+        timings["warmup_monitor"] = check_warmup(monitor(0, model), mz.warmup.min_distinct)
 
     t2 = time.perf_counter()
     table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories, params))  # [E,T+1,G]
-    hooks = [heldout_monitor(config, test_view, codec)] if config.trainer.eval_every else []
+    hooks = [monitor] if config.trainer.eval_every else []
     ssrl_cfg = dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl"))
     ssrl = Trainer(model, task_records(view, mz.data.stride),
                    ParticleRollout(config, codec, view, table), config.step, ssrl_cfg,

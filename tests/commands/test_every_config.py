@@ -60,7 +60,8 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
                 "mindzero.warmup.batch_size=4", "trainer.prompts_per_step=2",
                 "trainer.group_size=4", "trainer.max_new_tokens=12", "trainer.eval_every=2"]
         if name == "mindzero_gridworld_tiny":
-            out += ["mindzero.warmup.steps=2", "model.vocab_size=320"]
+            out += ["mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0",
+                    "model.vocab_size=320"]
         return out
     assert name.startswith("ctom"), f"{name}: a config of an unknown kind needs overrides here"
     return out + ["ctom.simulator=scripted", "ctom.num_tasks=2", "trainer.prompts_per_step=2",

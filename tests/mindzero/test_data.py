@@ -46,8 +46,16 @@ def test_compact_observation(view):
         assert ("held" in slots[0]) == (held >= 0) and sum("held" in s for s in slots) <= 1
         now = view.distances(e, t)
         d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
-        closing = [int(np.sign(d[:-1, k] - d[1:, k]).sum()) for k in order if k != held]
-        assert closing == sorted(closing, reverse=True)  # most consistently approached first
+        closing = np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(len(now))
+        lead = order[0]
+        if held < 0:  # the most consistently approached object leads
+            assert closing[lead] == closing.max()
+        start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
+        partner = [(start[k], k) > (start[lead], lead) for k in order[1:]]
+        assert partner == sorted(partner, reverse=True)  # the rule's partners come first
+        for group in (True, False):  # each group: most consistently approached first
+            c = [int(closing[k]) for k, p in zip(order[1:], partner) if p == group]
+            assert c == sorted(c, reverse=True)
         assert all(int(s.split()[2]) == now[k] for s, k in zip(slots, order) if "held" not in s)
     with pytest.raises(ValueError, match="timestep"):
         compact_observation(view, 0, 0, 2)
