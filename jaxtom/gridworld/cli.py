@@ -26,6 +26,9 @@ def add_parser(subparsers) -> None:
     sim.add_argument("--random-prob", type=float, default=0.15,
                      help="human's chance of a random move (0.15 in the paper's evaluation)")
     sim.add_argument("--max-steps", type=int, default=100)
+    sim.add_argument("--teleport-after", type=int, default=3,
+                     help="the helper's teleport rule (gridworld.helper): 3 as in the public "
+                          "code's evaluation, 0 turns it off")
     sim.add_argument("--json", type=pathlib.Path, help="also write the results here")
     sim.set_defaults(func=run_simulate)
 
@@ -41,11 +44,13 @@ def add_parser(subparsers) -> None:
 def run_simulate(args) -> int:
     if args.episodes < 2:
         raise SystemExit("jaxtom gridworld simulate: --episodes must be >= 2 (for a standard error)")
-    params = EnvParams(random_prob=args.random_prob, max_steps=args.max_steps)
+    params = EnvParams(random_prob=args.random_prob, max_steps=args.max_steps,
+                       teleport_after=args.teleport_after)
     result = simulate(jax.random.key(args.episode_seed), params, helpers=tuple(args.helpers),
                       num_episodes=args.episodes, seeds=tuple(args.seeds))
     print(f"{args.episodes} episodes x seeds {args.seeds}, human random_prob "
-          f"{params.random_prob}; baseline (helper stays) takes "
+          f"{params.random_prob}, helper teleport_after {params.teleport_after}; baseline "
+          f"(helper stays) takes "
           f"{result['baseline_mean_steps']:.1f} steps on average")
     print(f"{'helper':<8} {'speedup':>9} {'± sem':>8} {'steps':>7}")
     for helper in args.helpers:

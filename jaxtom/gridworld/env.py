@@ -15,14 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtom.gridworld import helper as helper_lib
 from jaxtom.gridworld import layout as layout_lib
-from jaxtom.gridworld.planner import SceneView, cell_of, helper_logits, human_log_policy
+from jaxtom.gridworld.planner import SceneView, cell_of, human_log_policy
 from jaxtom.gridworld.types import (
-    MOVES, NUM_ACTIONS, PICK, PUT, STAY, EnvParams, EnvState, Layout, Observation,
-    observe,
+    NUM_ACTIONS, PICK, PUT, STAY, EnvParams, EnvState, Layout, Observation, observe,
 )
-
-_MOVE_IDS = np.array(MOVES, np.int32)  # NumPy: no JAX work at import time
 
 
 def scene_view(state: EnvState, params: EnvParams) -> SceneView:
@@ -169,12 +167,18 @@ def _pick_put(state: EnvState, agent_pos, holding, action, width):
     return new_holding.astype(jnp.int32)
 
 
-def transition(state: EnvState, human_action, helper_action, params: EnvParams) -> EnvState:
-    """Deterministic effect of both agents' actions (the env's physics)."""
+def transition(state: EnvState, human_action, helper_action, params: EnvParams,
+               helper_teleport=-1) -> EnvState:
+    """Deterministic effect of both agents' actions (the env's physics). A `helper_teleport`
+    object id (>= 0) puts the helper on that object's cell in the move phase instead of
+    moving it: the teleport rule of `gridworld.helper`, which then picks (action PICK)."""
     width = params.width
     ids = jnp.arange(params.num_objects)
     human_pos = _move(state.layout, state.human_pos, human_action, width)
     helper_pos = _move(state.layout, state.helper_pos, helper_action, width)
+    if not (isinstance(helper_teleport, int) and helper_teleport < 0):
+        target = state.obj_pos[jnp.maximum(helper_teleport, 0)]
+        helper_pos = jnp.where(helper_teleport >= 0, target, helper_pos)
     obj_pos = jnp.where((ids == state.human_holding)[:, None], human_pos, state.obj_pos)
     obj_pos = jnp.where((ids == state.helper_holding)[:, None], helper_pos, obj_pos)
     moved = state.replace(human_pos=human_pos, helper_pos=helper_pos, obj_pos=obj_pos)
@@ -203,18 +207,10 @@ def sample_human_action(key, state: EnvState, params: EnvParams) -> jnp.ndarray:
 
 
 def sample_helper_action(key, state: EnvState, goals, probs, params: EnvParams) -> jnp.ndarray:
-    """Helper action from a goal distribution {(goals[i], probs[i])}; after `deadlock_stays`
-    consecutive stays it takes a random move to break deadlocks."""
-    k_policy, k_random = jax.random.split(key)
-    view = scene_view(state, params)
-    width = params.width
-    logits = helper_logits(view, cell_of(state.helper_pos, width), state.helper_holding,
-                           cell_of(state.human_pos, width), state.human_holding,
-                           goals, probs, params)
-    action = jax.random.categorical(k_policy, logits)
-    random_move = jnp.asarray(_MOVE_IDS)[jax.random.randint(k_random, (), 0, 4)]
-    stuck = (state.helper_stays >= params.deadlock_stays) & (action == STAY)
-    return jnp.where(stuck, random_move, action).astype(jnp.int32)
+    """Helper action from a goal distribution {(goals[i], probs[i])} with the helper's
+    memoryless rules (make way, deadlock breaker); `gridworld.helper.act` is the full helper,
+    with what it remembers (given-up objects, the belief after pauses, teleport)."""
+    return helper_lib.sample_action(key, state, goals, probs, params)
 
 
 def validate_action(action: int) -> int:

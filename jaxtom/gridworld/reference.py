@@ -166,13 +166,16 @@ def _helper_steps(state: RefState, dist, pos, holding, goal) -> int:
     return _helper_steps(state, dist, pos, -1, goal) + 1
 
 
-def helper_q_values(state: RefState, goals, probs, params: EnvParams, dist=None) -> np.ndarray:
+def helper_q_values(state: RefState, goals, probs, params: EnvParams, dist=None,
+                    avoid=()) -> np.ndarray:
     """[7] Q(a) = sum_i p_i V(a | g_i) with -inf for invalid actions (including picks while
-    the human is within `yield_distance` of the helper)."""
+    the human is within `yield_distance` of the helper, and picks of a given-up object in
+    `avoid`); goals whose object2 was given up get no weight."""
     dist = dist or Distances(state.walls)
     pos, holding = state.helper_pos, state.helper_holding
     q = np.full(NUM_ACTIONS, -np.inf)
     here = [k for k in _ground(state) if state.obj_pos[k] == pos]
+    probs = [0.0 if goal[1] in avoid else p for goal, p in zip(goals, probs)]
     for action in range(NUM_ACTIONS):
         values = []
         for goal in goals:
@@ -180,7 +183,8 @@ def helper_q_values(state: RefState, goals, probs, params: EnvParams, dist=None)
             if action <= 4:
                 steps = _helper_steps(state, dist, neighbour(state.walls, pos, action), holding, goal)
             elif action == PICK:
-                if holding >= 0 or not here or dist(state.human_pos, pos) <= params.yield_distance:
+                if (holding >= 0 or not here or dist(state.human_pos, pos) <= params.yield_distance
+                        or min(here) in avoid):
                     break
                 steps = _helper_steps(state, dist, pos, min(here), goal)
             else:
@@ -199,23 +203,28 @@ def helper_q_values(state: RefState, goals, probs, params: EnvParams, dist=None)
     return q
 
 
-def helper_policy(state: RefState, goals, probs, params: EnvParams, dist=None) -> np.ndarray:
-    q = helper_q_values(state, goals, probs, params, dist)
+def helper_policy(state: RefState, goals, probs, params: EnvParams, dist=None,
+                  avoid=()) -> np.ndarray:
+    q = helper_q_values(state, goals, probs, params, dist, avoid)
     valid = np.isfinite(q)
     out = np.zeros(NUM_ACTIONS)
     out[valid] = _softmax(q[valid] / params.helper_tau)
     return out
 
 
-def step(state: RefState, human_action: int, helper_action: int, params: EnvParams) -> RefState:
-    """Deterministic transition: human moves, helper moves, carried objects follow, then
-    pick/put resolve (human first); done when the goal objects are on the ground side by side."""
+def step(state: RefState, human_action: int, helper_action: int, params: EnvParams,
+         teleport: int = -1) -> RefState:
+    """Deterministic transition: human moves, helper moves (or jumps onto object `teleport`),
+    carried objects follow, then pick/put resolve (human first); done when the goal objects
+    are on the ground side by side."""
     if state.done:
         return state
     s = dataclasses.replace(state, obj_pos=list(state.obj_pos))
     if human_action <= 4:
         s.human_pos = neighbour(s.walls, s.human_pos, human_action)
-    if helper_action <= 4:
+    if teleport >= 0:
+        s.helper_pos = tuple(state.obj_pos[teleport])
+    elif helper_action <= 4:
         s.helper_pos = neighbour(s.walls, s.helper_pos, helper_action)
     if s.human_holding >= 0:
         s.obj_pos[s.human_holding] = s.human_pos
@@ -257,13 +266,86 @@ def sample_action(rng: np.random.Generator, probs) -> int:
     return int(rng.choice(NUM_ACTIONS, p=probs / probs.sum()))
 
 
-def sample_helper_action(rng: np.random.Generator, state: RefState, goals, probs,
-                         params: EnvParams, dist=None) -> int:
-    """Helper action with the deadlock breaker: a random move after too many stays."""
-    action = sample_action(rng, helper_policy(state, goals, probs, params, dist))
+def yield_rule(state: RefState, params: EnvParams, dist=None):
+    """The helper's make-way action while it holds an object, or None: PUT with the human at
+    path distance `put_distance` (if no ground object blocks the put), STAY at
+    `wait_distance`."""
+    if state.helper_holding < 0:
+        return None
+    dist = dist or Distances(state.walls)
+    d = dist(state.helper_pos, state.human_pos)
+    if params.put_distance and d == params.put_distance and not _occupied(state, state.helper_pos):
+        return PUT
+    if params.wait_distance and d == params.wait_distance:
+        return STAY
+    return None
+
+
+def _policy_sample(rng, state, goals, probs, params, dist, avoid=()) -> int:
+    action = sample_action(rng, helper_policy(state, goals, probs, params, dist, avoid))
     if action == STAY and state.helper_stays >= params.deadlock_stays:
         action = int(rng.choice(MOVES))
     return action
+
+
+def sample_helper_action(rng: np.random.Generator, state: RefState, goals, probs,
+                         params: EnvParams, dist=None) -> int:
+    """The memoryless helper: the make-way rule, else the policy with the deadlock breaker (a
+    random move after too many stays)."""
+    rule = yield_rule(state, params, dist)
+    return rule if rule is not None else _policy_sample(rng, state, goals, probs, params, dist)
+
+
+class Helper:
+    """The helper with its memory (see `jaxtom.gridworld.helper`): the belief kept after human
+    pauses, the objects it gave up, the argmax streak and the goal the teleport rule commits
+    to."""
+
+    def __init__(self, params: EnvParams):
+        self.params = params
+        self.goals, self.probs = [], []
+        self.avoid: set = set()
+        self.top_goal, self.top_count, self.fixed_goal = None, 0, None
+
+    def decide(self, state: RefState, goals, probs, refresh=None, dist=None):
+        """The deterministic part of a step: updates the memory and returns `(rule, teleport)`,
+        the make-way action (or None) and the object to jump onto (or -1)."""
+        params = self.params
+        if refresh is None:
+            refresh = state.time == 0 or state.human_last_action != STAY or params.refresh_on_pause
+        if refresh:
+            self.goals, self.probs = [tuple(int(v) for v in g) for g in goals], list(probs)
+        rule = yield_rule(state, params, dist)
+        teleport = -1
+        if params.teleport_after and refresh and rule is None and self.fixed_goal is None:
+            top = self.goals[int(np.argmax(self.probs))]
+            self.top_count = self.top_count + 1 if top == self.top_goal else 1
+            self.top_goal = top
+            human = state.human_holding
+            if self.top_count >= params.teleport_after and human in top:
+                other = top[1] if human == top[0] else top[0]
+                self.fixed_goal = (human, other)
+                if state.helper_holding < 0:
+                    teleport = other
+        if rule == PUT:
+            self.avoid.add(state.helper_holding)
+        return rule, teleport
+
+    def belief(self):
+        """The goals and weights the policy acts on."""
+        if self.fixed_goal is not None:
+            return [self.fixed_goal], [1.0]
+        return self.goals, self.probs
+
+    def act(self, rng, state: RefState, goals, probs, refresh=None, dist=None):
+        """`(action, teleport)` for this step."""
+        rule, teleport = self.decide(state, goals, probs, refresh, dist)
+        if teleport >= 0:
+            return PICK, teleport
+        if rule is not None:
+            return rule, -1
+        goals, probs = self.belief()
+        return _policy_sample(rng, state, goals, probs, self.params, dist, self.avoid), -1
 
 
 def run_episode(rng: np.random.Generator, state: RefState, params: EnvParams,
@@ -271,13 +353,13 @@ def run_episode(rng: np.random.Generator, state: RefState, params: EnvParams,
     """Play one episode to the end with the oracle (true goal) or a stationary helper; returns
     the visited states. One BFS cache serves the whole episode, as walls never change."""
     dist = Distances(state.walls)
+    agent = Helper(params)
     states = [state]
     while not state.done:
         human = sample_action(rng, human_policy(state, state.goal, params, dist))
+        helper_action, teleport = STAY, -1
         if helper == "oracle":
-            helper_action = sample_helper_action(rng, state, [state.goal], np.ones(1), params, dist)
-        else:
-            helper_action = STAY
-        state = step(state, human, helper_action, params)
+            helper_action, teleport = agent.act(rng, state, [state.goal], [1.0], dist=dist)
+        state = step(state, human, helper_action, params, teleport)
         states.append(state)
     return states

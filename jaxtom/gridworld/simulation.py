@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtom.gridworld import env
+from jaxtom.gridworld import helper as helper_lib
 from jaxtom.gridworld.inference import Trajectory, step_goal_log_likelihoods, start_order_prior
 from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index, goal_pairs
 
@@ -46,7 +47,9 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
     goal before each step is tracked for `bip` or when asked. The posterior starts from the
     nearest-first ordering prior (`start_order_prior`: the human picks the goal object nearer
     its start first, which the assistance prompt also tells models) unless `ordering_prior` is
-    off, then from a uniform prior over the 56 ordered goals.
+    off, then from a uniform prior over the 56 ordered goals. Every helper but `stay` is
+    `gridworld.helper.act` on its belief, with the rules set in `params` (make way, deadlock
+    breaker, belief kept after pauses, teleport).
 
     With `auto_reset`, a finished episode restarts at once from its initial state (same scene,
     fresh randomness), so every scan step simulates a live step -- the usual way to measure
@@ -59,11 +62,15 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
     k_random, key = jax.random.split(key)
     random_goal = all_goals[jax.random.randint(k_random, (), 0, num_goals)]
     true_goal = goal_index(state.goal[0], state.goal[1], params.num_objects)
+    full = bip_particles <= 0 or bip_particles >= num_goals
+    belief_size = 1 if helper in ("oracle", "random") else (num_goals if full else bip_particles)
+    fresh_memory = helper_lib.init_memory(belief_size, params)
 
     def body(carry, t):
-        state, log_post = carry
+        state, log_post, memory = carry
         k_human, k_helper = jax.random.split(jax.random.fold_in(key, t))
         human_action = env.sample_human_action(k_human, state, params)
+        teleport = -1
         if helper == "stay":
             helper_action = jnp.int32(STAY)
         else:
@@ -73,7 +80,8 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
                 goals, probs = random_goal[None], jnp.ones(1)
             else:
                 goals, probs = top_particles(log_post, all_goals, bip_particles)
-            helper_action = env.sample_helper_action(k_helper, state, goals, probs, params)
+            helper_action, teleport, memory = helper_lib.act(k_helper, state, memory, goals,
+                                                             probs, params)
         posterior_true = jax.nn.softmax(log_post)[true_goal]
         if track:
             step_ll = step_goal_log_likelihoods(
@@ -83,18 +91,18 @@ def rollout(key: jax.Array, state: EnvState, params: EnvParams, helper: str = "s
         record = (state.human_pos, state.human_holding, state.human_last_action,
                   state.helper_holding, state.helper_pos, state.obj_pos, human_action,
                   ~state.done)
-        new_state = env.transition(state, human_action, helper_action, params)
+        new_state = env.transition(state, human_action, helper_action, params, teleport)
         if auto_reset:
             restart = new_state.done
-            new_state = jax.tree.map(lambda first, now: jnp.where(restart, first, now),
-                                     initial, new_state)
+            new_state, memory = jax.tree.map(lambda first, now: jnp.where(restart, first, now),
+                                             (initial, fresh_memory), (new_state, memory))
             log_post = jnp.where(restart, init[1], log_post)
-        return (new_state, log_post), (record, helper_action, posterior_true)
+        return (new_state, log_post, memory), (record, helper_action, posterior_true)
 
     initial = state
     init = (state, jnp.log(start_order_prior(state, params)) if ordering_prior
-            else jnp.zeros(num_goals))
-    (final, _), (record, helper_actions, posterior_true) = jax.lax.scan(
+            else jnp.zeros(num_goals), fresh_memory)
+    (final, _, _), (record, helper_actions, posterior_true) = jax.lax.scan(
         body, init, jnp.arange(horizon))
     pos, holding, last, helper_holding, helper_pos, obj_pos, action, valid = record
     trajectory = Trajectory(layout=state.layout, human_pos=pos, human_holding=holding,

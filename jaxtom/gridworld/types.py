@@ -53,10 +53,17 @@ class EnvParams:
     gamma: float = 0.95
     step_cost: float = 0.1
     random_prob: float = 0.0  # 0.15 in assistance evaluation, 0 for data generation
-    # Helper (appendix B.3).
+    # Helper (appendix B.3: it "follows heuristic rules to yield to the human, avoid blocking
+    # paths, and prevent deadlocks"; the rules and their defaults are the public code's).
     helper_tau: float = 0.01
-    yield_distance: int = 3
-    deadlock_stays: int = 2
+    yield_distance: int = 3  # no pick while the human is within this many path steps of it
+    # Holding an object, with the human at exactly this path distance: put it down (and give it
+    # up), or stay. 0 turns a rule off.
+    put_distance: int = 1
+    wait_distance: int = 2
+    deadlock_stays: int = 2  # a random move instead of a stay after this many stays in a row
+    refresh_on_pause: bool = False  # the belief (model query, inference) refreshes after pauses
+    teleport_after: int = 0  # 0: off; 3 in the public code's evaluation (see gridworld.helper)
     # Likelihood floor per step; keeps log-likelihoods finite for impossible actions.
     likelihood_floor: float = 1e-12
     # Which labels episodes may use (indices into COLORS / SHAPES).
@@ -78,6 +85,12 @@ class EnvParams:
             problems.append(f"max_steps must be >= 1, got {self.max_steps}")
         if not 0.0 <= self.random_prob <= 1.0:
             problems.append(f"random_prob must be in [0, 1], got {self.random_prob}")
+        for name in ("yield_distance", "put_distance", "wait_distance", "deadlock_stays",
+                     "teleport_after"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.put_distance and self.put_distance == self.wait_distance:
+            problems.append(f"put_distance and wait_distance must differ, both {self.put_distance}")
         if self.human_tau <= 0 or self.helper_tau <= 0:
             problems.append("temperatures must be > 0")
         if not 0 < self.gamma < 1:

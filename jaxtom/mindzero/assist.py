@@ -1,11 +1,12 @@
 """Proactive assistance driven online by a model's particles (MindZero section 5.2, Table 1a).
 
 All episodes x seeds run as one batch: at each step the rows whose human just did something
-other than pause (and that have not finished) re-query the model in one sampler call; the
-helper acts on the latest particles (`sample_helper_action`), and stays until a first valid
-belief exists. The human acts with `random_prob` randomness, drawing its keys exactly as
-`simulation.rollout` does, so the stationary-helper baseline from `rollout_batch(..., "stay")`
-sees the same human randomness. Speedup = T_stay / T_collab - 1 per episode and seed.
+other than pause (and that have not finished) re-query the model in one sampler call (every
+row, with `refresh_on_pause`); the helper is `gridworld.helper.act` on the latest particles,
+with the same rules and memory as the gridworld's oracle and BIP helpers (a parsed answer is a
+refresh), and stays until a first valid belief exists. The human acts with `random_prob`
+randomness, drawing its keys exactly as `simulation.rollout` does, so the stationary-helper
+baseline from `rollout_batch(..., "stay")` sees the same human randomness. Speedup = T_stay / T_collab - 1 per episode and seed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtom.gridworld import env
+from jaxtom.gridworld import helper as helper_lib
 from jaxtom.gridworld.simulation import rollout_batch
 from jaxtom.gridworld.text import object_label
 from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index
@@ -27,13 +29,17 @@ from jaxtom.mindzero.policy import Codec, sample_completions
 
 
 @functools.partial(jax.jit, static_argnames=("params",))
-def _assist_step(keys, t, states: EnvState, goals, probs, has_belief, params: EnvParams):
-    def one(key, state, g, p, has):
+def _assist_step(keys, t, states: EnvState, memory, goals, probs, has_belief, fresh,
+                 params: EnvParams):
+    def one(key, state, mem, g, p, has, new):
         k_human, k_helper = jax.random.split(jax.random.fold_in(key, t))
         human = env.sample_human_action(k_human, state, params)
-        helper = jnp.where(has, env.sample_helper_action(k_helper, state, g, p, params), STAY)
-        return env.transition(state, human, helper, params)
-    return jax.vmap(one)(keys, states, goals, probs, has_belief)
+        decision = helper_lib.act(k_helper, state, mem, g, p, params, refresh=new)
+        helper = jnp.where(has, decision.action, STAY)
+        teleport = jnp.where(has, decision.teleport, -1)
+        mem = jax.tree.map(lambda a, b: jnp.where(has, a, b), decision.memory, mem)
+        return env.transition(state, human, helper, params, teleport), mem
+    return jax.vmap(one)(keys, states, memory, goals, probs, has_belief, fresh)
 
 
 @dataclasses.dataclass
@@ -86,6 +92,7 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
     goals[..., 1] = 1
     probs = np.zeros((rows, num_particles), np.float32)
     has = np.zeros(rows, bool)
+    memory = jax.vmap(lambda _: helper_lib.init_memory(num_particles, params))(jnp.arange(rows))
     true = np.array([int(goal_index(a, b, 8)) for a, b in np.asarray(live.goal)])
     log, tokens = [], []
     for t in range(params.max_steps):
@@ -96,7 +103,9 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
             break
         view.human_cell[:, t], view.obj_cell[:, t], view.holding[:, t] = (
             cell(pos), cell(obj), holding)
-        need = np.flatnonzero(~done & (last != STAY)) if t >= 1 else np.array([], int)
+        fresh = np.zeros(rows, bool)
+        asks = (last != STAY) | params.refresh_on_pause
+        need = np.flatnonzero(~done & asks) if t >= 1 else np.array([], int)
         if len(need):
             prompts = [codec.prompt_ids(render(view, r, t, num_particles)) for r in need]
             texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(t),
@@ -113,12 +122,13 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
                     for i, ((a, b), q) in enumerate(zip(parsed.pairs, parsed.q)):
                         goals[r, i] = (a, b)
                         probs[r, i] = q
-                    has[r] = True
+                    has[r] = fresh[r] = True
         for r in np.flatnonzero(~done & has):
             best = int(np.argmax(probs[r]))
             log.append((r, t, int(goal_index(*goals[r, best], 8)) == true[r]))
-        live = _assist_step(loop_keys, jnp.int32(t), live, jnp.asarray(goals), jnp.asarray(probs),
-                            jnp.asarray(has), params)
+        live, memory = _assist_step(loop_keys, jnp.int32(t), live, memory, jnp.asarray(goals),
+                                    jnp.asarray(probs), jnp.asarray(has), jnp.asarray(fresh),
+                                    params)
     t_collab = np.asarray(live.time, np.float64).reshape(S, E)
     t_base = np.asarray(base_final.time, np.float64).reshape(S, E)
     return {"speedup": t_base / t_collab - 1.0, "t_collab": t_collab, "t_base": t_base,

@@ -47,3 +47,19 @@ def test_unknown_helper_is_rejected(states, params):
     import pytest
     with pytest.raises(ValueError, match="unknown helper 'smart'"):
         simulation.simulate(jax.random.key(0), params, helpers=("smart",), num_episodes=2)
+
+
+def test_teleport_rule_is_a_params_switch(states, params):
+    """The oracle's helper jumps (moves more than one cell in a step) only with the rule on."""
+    keys = jax.random.split(jax.random.key(0), 8)
+    batch = jax.tree.map(lambda x: x[:8], states)
+
+    def jumps(params):
+        final, traj, _, _ = simulation.rollout_batch(keys, batch, params, "oracle")
+        path = np.concatenate([np.asarray(traj.helper_pos),
+                               np.asarray(final.helper_pos)[:, None]], axis=1)
+        step = np.abs(np.diff(path, axis=1)).sum(-1)
+        return int((step > 1).sum())
+
+    assert jumps(params) == 0
+    assert jumps(params.replace(teleport_after=3)) > 0
