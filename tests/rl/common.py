@@ -5,6 +5,7 @@ import numpy as np
 from jaxtom import rl
 from jaxtom.models import init_decoder
 from jaxtom.models.config import ModelConfig
+from tests.tolerance import EPS32, decoder_depth, decoder_reduction, float32_tol
 
 TINY = ModelConfig(family="qwen3", vocab_size=48, hidden_size=32, intermediate_size=64,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -54,6 +55,34 @@ def random_batch(seed, *, num_seqs=8, group=4, num_rows=8, row_len=16, predictio
         batch = batch.replace(prediction=rl.prediction_batch(ctx, tgt, num_rows=num_rows,
                                                              row_len=12))
     return batch
+
+
+# elementwise ops of the GRPO / prediction / entropy losses per token (ratio, clips, k3 KL,
+# masks, weights), a generous count
+LOSS_OPS = 32
+
+
+def gradient_tol(cfg=TINY, *, seq_len=16, tokens=8 * 16):
+    """`reduction`/`depth` of the float32 bound (tests/tolerance.py) on the gradient of a
+    token-mean loss of decoder `cfg`: forward then backward (2x the decoder depth), each
+    stage with a layer's reductions, the log-softmax over the vocabulary, the loss's
+    elementwise ops and its sum over `tokens`, and the weight gradients' sum over the same
+    tokens. The bound holds relative to each gradient's own scale."""
+    return dict(reduction=decoder_reduction(cfg, seq_len) + cfg.vocab_size + 2 * tokens
+                + LOSS_OPS, depth=2 * decoder_depth(cfg))
+
+
+def adam_tol(params, *, updates, learning_rate, cfg=TINY, seq_len=16, tokens=8 * 16):
+    """Bound on the parameters after `updates` AdamW updates by two float32 programs whose
+    gradients differ by rounding. Adam's direction m/(sqrt(v) + eps) is invariant to the
+    gradient's scale (so to the global-norm clip), and moves by at most its relative error,
+    which is `gradient_tol`'s bound, so each update adds `lr x` that (first order, for
+    entries far above adam_eps: the tests set adam_eps 1e-5 where gradient entries can sit
+    near 1e-8); plus ~16 rounding steps of the update itself on each |param| per update."""
+    grad_rel = EPS32 * np.prod(list(gradient_tol(cfg, seq_len=seq_len, tokens=tokens)
+                                    .values()))
+    return (updates * learning_rate * grad_rel
+            + float32_tol(np.abs(np.asarray(params)).max() + learning_rate, 16, updates))
 
 
 def params_array(state):
