@@ -18,13 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 
 # one chunk's float32 logits may take this many bytes; chunks are at least MIN_CHUNK wide.
-CHUNK_BYTES = 64 * 2**20
+CHUNK_BYTES = 16 * 2**20
 MIN_CHUNK = 256
 
 
-def chunk_size(rows: int, vocab: int, budget: int = CHUNK_BYTES) -> int:
-    """Vocabulary entries per chunk so that [rows, chunk] float32 logits fit in `budget`."""
-    fit = budget // (4 * max(rows, 1))
+def chunk_size(rows: int, vocab: int, budget: int | None = None) -> int:
+    """Vocabulary entries per chunk so that [rows, chunk] float32 logits fit in `budget`
+    bytes (default CHUNK_BYTES)."""
+    fit = (CHUNK_BYTES if budget is None else budget) // (4 * max(rows, 1))
     return int(min(vocab, max(MIN_CHUNK, fit // 128 * 128)))
 
 
@@ -66,29 +67,41 @@ def _hit(targets, start, width):
     return (targets - start)[:, None] == jnp.arange(width, dtype=targets.dtype)[None, :]
 
 
-def _forward(h, head, targets, vocab_axis, chunk, with_entropy):
-    """(logp, entropy or None, logsumexp), each [N] float32."""
-    n = h.shape[0]
-
-    def fold(c, w, start):
-        m, s, t, picked = c
-        z = _logits(h, w, vocab_axis)
-        m_new = jnp.maximum(m, jnp.max(z, axis=-1))
-        scale = jnp.exp(m - m_new)
-        e = jnp.exp(z - m_new[:, None])
-        s_new = s * scale + jnp.sum(e, axis=-1)
-        if with_entropy:  # t = sum e^(z-m) (z-m), kept relative to the running max
-            t = scale * (t + (m - m_new) * s) + jnp.sum(e * (z - m_new[:, None]), axis=-1)
-        picked = picked + jnp.sum(jnp.where(_hit(targets, start, z.shape[1]), z, 0.0), axis=-1)
-        return m_new, s_new, t, picked
-
-    # a finite floor rather than -inf: (m - m_new) * s stays 0 on the first chunk, not NaN
-    init = (jnp.full((n,), jnp.finfo(jnp.float32).min), jnp.zeros(n), jnp.zeros(n),
+def _init(n):
+    """Running (max, sum of e^(z - max), entropy sum, target logit), each [n]. The max starts
+    at a finite floor rather than -inf, so (m - m_new) * s is 0 on the first chunk, not NaN."""
+    return (jnp.full((n,), jnp.finfo(jnp.float32).min), jnp.zeros(n), jnp.zeros(n),
             jnp.zeros(n))
-    m, s, t, picked = _over_chunks(fold, init, head, vocab_axis, chunk)
+
+
+def _fold(c, z, start, targets, with_entropy):
+    """The running statistics after one more chunk of logits z [n, C] (vocabulary ids from
+    `start`): an online logsumexp."""
+    m, s, t, picked = c
+    m_new = jnp.maximum(m, jnp.max(z, axis=-1))
+    scale = jnp.exp(m - m_new)
+    e = jnp.exp(z - m_new[:, None])
+    s_new = s * scale + jnp.sum(e, axis=-1)
+    if with_entropy:  # t = sum e^(z-m) (z-m), kept relative to the running max
+        t = scale * (t + (m - m_new) * s) + jnp.sum(e * (z - m_new[:, None]), axis=-1)
+    picked = picked + jnp.sum(jnp.where(_hit(targets, start, z.shape[1]), z, 0.0), axis=-1)
+    return m_new, s_new, t, picked
+
+
+def _forward(h, head, targets, vocab_axis, chunk, with_entropy):
+    """(logp, entropy or None, logsumexp), each [N] float32, and the [N, V] logits when one
+    chunk holds the whole vocabulary (else None)."""
+    z = None
+    if chunk >= head.shape[vocab_axis]:
+        z = _logits(h, head, vocab_axis)
+        m, s, t, picked = _fold(_init(h.shape[0]), z, 0, targets, with_entropy)
+    else:
+        m, s, t, picked = _over_chunks(
+            lambda c, w, start: _fold(c, _logits(h, w, vocab_axis), start, targets,
+                                      with_entropy),
+            _init(h.shape[0]), head, vocab_axis, chunk)
     lse = m + jnp.log(s)
-    entropy = jnp.log(s) - t / s if with_entropy else None
-    return picked - lse, entropy, lse
+    return picked - lse, (jnp.log(s) - t / s if with_entropy else None), lse, z
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
@@ -99,23 +112,26 @@ def head_logprobs(hidden, head, targets, vocab_axis: int, chunk: int, with_entro
     or [D, V] for an lm_head (1); targets [N] int. Logits are `hidden @ head` in hidden's
     dtype, read as float32, `chunk` vocabulary entries at a time.
     """
-    logp, entropy, _ = _forward(hidden, head, targets, vocab_axis, chunk, with_entropy)
+    logp, entropy, _, _ = _forward(hidden, head, targets, vocab_axis, chunk, with_entropy)
     return logp, entropy
 
 
 def _head_logprobs_fwd(hidden, head, targets, vocab_axis, chunk, with_entropy):
-    logp, entropy, lse = _forward(hidden, head, targets, vocab_axis, chunk, with_entropy)
-    return (logp, entropy), (hidden, head, targets, lse, entropy)
+    # one chunk holds the whole vocabulary: its logits (within the chunk budget) are kept
+    # rather than recomputed, a matmul as large as the forward's
+    logp, entropy, lse, logits = _forward(hidden, head, targets, vocab_axis, chunk,
+                                          with_entropy)
+    return (logp, entropy), (hidden, head, targets, lse, entropy, logits)
 
 
 def _head_logprobs_bwd(vocab_axis, chunk, with_entropy, res, cts):
-    h, head, targets, lse, entropy = res
+    h, head, targets, lse, entropy, logits = res
     g_logp, g_entropy = cts
     g_logp = g_logp.astype(jnp.float32)[:, None]
 
     def fold(c, w, start):
         dh, dw = c
-        z = _logits(h, w, vocab_axis)
+        z = _logits(h, w, vocab_axis) if logits is None else logits
         p = jnp.exp(z - lse[:, None])
         # d logp / dz = onehot - p;  d entropy / dz = -p (log p + entropy)
         dz = jnp.where(_hit(targets, start, z.shape[1]), g_logp, 0.0) - g_logp * p

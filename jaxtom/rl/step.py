@@ -275,11 +275,17 @@ class Learner:
     def update(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
         """All optimiser updates for one rollout batch, as one compiled program.
 
-        Compiled once per batch structure and shapes; `state` is donated. Rows that are not
+        Compiled once per batch structure, shapes and scoring width (`program`); `state` is
+        donated. Rows that are not
         a multiple of `row_multiple` are padded inside the program (`put_batch` pads first,
         so its arrays arrive sharded). With several updates per batch, `batch.old_logp` (the
         sampler's log-probs) is used as given, and scored by the current params when None.
         """
+        return self.program(state, batch)(state, batch)
+
+    def program(self, state: TrainState, batch: Batch):
+        """The jitted update `update` runs on `(state, batch)` (for `.lower(...)`: memory
+        analysis, FLOPs); one per batch structure, shapes and scoring widths."""
         widths = score_widths(batch)
         key = (jax.tree.structure(batch),
                tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)), widths)
@@ -290,7 +296,7 @@ class Learner:
                 lambda s, b: self._update(s, b, widths),
                 in_shardings=(state_sh, self.batch_shardings(batch)),
                 out_shardings=(state_sh, rep), donate_argnums=(0,))
-        return self._compiled[key](state, batch)
+        return self._compiled[key]
 
     def step(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
         """Alias of `update` (the name existing callers use)."""
