@@ -75,8 +75,11 @@ def test_only_scored_positions_are_computed():
     got, _ = chunked(h, w, tokens, 1, 256, scored=jnp.asarray(scored), width=width)
     np.testing.assert_allclose(np.asarray(got), np.where(keep, np.asarray(want), 0.0), rtol=0,
                                atol=tolerance(jnp.abs(h @ w).max() + 7, 1000))
-    grad = lambda fn: jax.grad(lambda h, w: jnp.sum(jnp.where(keep, fn(h, w), 0.0) * g[0]),  # noqa: E731
-                               (0, 1))(h, w)
+
+    def grad(fn):
+        return jax.grad(lambda h, w: jnp.sum(jnp.where(keep, fn(h, w), 0.0) * g[0]),
+                        (0, 1))(h, w)
+
     want_g = grad(lambda h, w: plain(h, w, tokens)[0])
     got_g = grad(lambda h, w: chunked(h, w, tokens, 1, 256, scored=jnp.asarray(scored),
                                       width=width)[0])
@@ -142,7 +145,8 @@ def test_learner_log_probs_equal_the_full_logits(tied):
         return jnp.sum(logp * weight) + jnp.sum(ent * batch.decision_mask), (logp, ent)
 
     def old(params):
-        logits = nnx.merge(graphdef, params, frozen)(batch.tokens, batch.positions, batch.segment_ids)
+        model = nnx.merge(graphdef, params, frozen)
+        logits = model(batch.tokens, batch.positions, batch.segment_ids)
         logp, ent = rl.token_logprobs(logits, batch.tokens), rl.token_entropy(logits)
         logp, ent = jnp.where(weight != 0, logp, 0.0), jnp.where(scored, ent, 0.0)
         return jnp.sum(logp * weight) + jnp.sum(ent * batch.decision_mask), (logp, ent)
