@@ -135,18 +135,18 @@ def steps_goal_log_likelihoods(dist, moves, episode, human_pos, holding, last_ac
                              word)
         return (word >> (cells_ & 31)) & 1 == 1
 
-    # Free cells next to each object (-1 where blocked or occupied): [N, K, 4].
+    # Where each object's phase heads, -1 for none: [N, K, 4]. Empty-handed, the object's own
+    # cell; carrying, the free cells next to it (not blocked, no ground object).
     neighbour = step_to(obj, _take(moves, episode[:, None] * cells + obj))
-    adjacent = materialize(
-        jnp.where((neighbour != obj[..., None]) & ~occupied(neighbour), neighbour, -1))
-    to_adjacent = jnp.min(jnp.where(
-        adjacent[:, :, None, :] >= 0,
-        _take(dist, move_rows[:, None, :, None] + jnp.maximum(adjacent, 0)[:, :, None, :]), INF),
-        axis=-1)
-    to_object = _take(dist, move_rows[:, None, :] + obj[:, :, None])
+    free = (neighbour != obj[..., None]) & ~occupied(neighbour)
+    targets = materialize(jnp.where(
+        carrying[:, None, None], jnp.where(free, neighbour, -1),
+        jnp.where(slot == 0, obj[..., None], -1)))
     # Steps each move leaves, per object and move: [N, K, 4].
-    steps = materialize(
-        jnp.where(carrying[:, None, None], to_adjacent, to_object).astype(jnp.int32))
+    steps = materialize(jnp.min(jnp.where(
+        targets[:, :, None, :] >= 0,
+        _take(dist, move_rows[:, None, :, None] + jnp.maximum(targets, 0)[:, :, None, :]), INF),
+        axis=-1).astype(jnp.int32))
     fewest = jnp.min(steps, axis=-1)
     worse = steps - fewest[..., None]
 
