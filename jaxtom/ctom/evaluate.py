@@ -80,7 +80,8 @@ def run_eval(config_path: str, overrides=()) -> dict[str, float]:
             source = f"checkpoint {ckpt.latest_step()}"
         ckpt.close()
     cfg = ControllerConfig.for_domain(s.domain, **s.controller)
-    policy = SamplerPolicy(model, tok, temperature=config.trainer.temperature)
+    policy = SamplerPolicy(model, tok, temperature=config.trainer.temperature,
+                           reuse_cache=s.reuse_cache)
     convs = run_conversations([t for t in tasks for _ in range(s.eval_conversations)], policy,
                               make_simulator(s), tok, cfg, key=jax.random.key(config.trainer.seed + 1))
     summary = summarize(convs, tok)

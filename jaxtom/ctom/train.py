@@ -40,6 +40,9 @@ class CToMSettings:
     pred_row_len: int = 2048
     eval_tasks: int = 0  # 0: the training tasks
     eval_conversations: int = 2  # per task
+    # keep each conversation's KV cache between phases and rounds (prefill only new tokens);
+    # False re-prefills every phase's whole context (same transcripts under greedy decoding)
+    reuse_cache: bool = True
 
 
     def validate(self, config) -> None:
@@ -148,7 +151,8 @@ class ConversationRollout:
         cfg, s = self.cfg, self.settings
         group = [r["task"] for r in tasks for _ in range(cfg.group_size)]
         groups = [int(r["row"]) for r in tasks for _ in range(cfg.group_size)]
-        policy = SamplerPolicy(model, self.tok, temperature=cfg.temperature, top_p=cfg.top_p)
+        policy = SamplerPolicy(model, self.tok, temperature=cfg.temperature, top_p=cfg.top_p,
+                               reuse_cache=s.reuse_cache)
         convs = run_conversations(group, policy, self.simulator, self.tok, self.controller,
                                   key=key, seed=step)
         targets = prediction_targets(convs, self.simulator, seed=step)
