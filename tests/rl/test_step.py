@@ -108,14 +108,18 @@ def test_eta_and_combined_gradient_match_formula(learner):
                      [a + want * lam * b for a, b in zip(max_abs(g1), max_abs(g2))])
     assert float(rl.combine_gradients(g1, g2, 1e-3)[1]) == 1.0
     # the step applies exactly clip + optax's own AdamW to that combined gradient
-    adamw = optax.chain(optax.clip_by_global_norm(CFG.max_grad_norm),
-                        optax.adamw(CFG.learning_rate, b1=CFG.adam_b1, b2=CFG.adam_b2,
-                                    eps=CFG.adam_eps, weight_decay=CFG.weight_decay))
-    want = flat(jax.jit(lambda g, p: optax.apply_updates(p, adamw.update(g, adamw.init(p), p)[0]))(
-        combined, state.params))
+    def adamw_step(weight_decay):
+        adamw = optax.chain(optax.clip_by_global_norm(CFG.max_grad_norm),
+                            optax.adamw(CFG.learning_rate, b1=CFG.adam_b1, b2=CFG.adam_b2,
+                                        eps=CFG.adam_eps, weight_decay=weight_decay))
+        return flat(jax.jit(lambda g, p: optax.apply_updates(
+            p, adamw.update(g, adamw.init(p), p)[0]))(combined, state.params))
+    want, no_decay = adamw_step(CFG.weight_decay), adamw_step(0.0)
     new_state, metrics = learner.step(state, learner.put_batch(batch))
-    np.testing.assert_allclose(flat(new_state.params), want, rtol=0, atol=adam_tol(
-        want, updates=1, learning_rate=CFG.learning_rate))
+    tol = adam_tol(want, learning_rate=CFG.learning_rate)
+    np.testing.assert_allclose(flat(new_state.params), want, rtol=0, atol=tol)
+    # a step that forgot the weight decay (lr x wd x |w|) fails it
+    assert np.abs(flat(new_state.params) - no_decay).max() > 10 * tol
     assert float(metrics["eta"]) == pytest.approx(eta_want, rel=eta_rel, abs=0)
     assert float(metrics["grad_norm_grpo"]) == pytest.approx(n1, rel=float32_tol(1.0, norm_steps))
     assert float(metrics["grad_norm_pred"]) == pytest.approx(n2, rel=float32_tol(1.0, norm_steps))
