@@ -163,8 +163,10 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
                          num_particles=n, observation=cfg.mindzero.data.observation,
                          max_new_tokens=cfg.trainer.max_new_tokens,
                          temperature=cfg.mindzero.eval.temperature)
-            mean, se = metrics.mean_sem(out["speedup"].mean(0))
+            per_episode = out["speedup"].mean(0)  # over the human's seeds
+            mean, se = metrics.mean_sem(per_episode)
             assist_tab[name] = {"speedup": mean, "speedup_se": se,
+                                "per_episode": [float(x) for x in per_episode],
                                 "tflops_per_query": flops.inference_tflops(
                                     flops.active_params(model), out["tokens"].mean())
                                 if len(out["tokens"]) else 0.0}
@@ -173,6 +175,11 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
                 t_collab = out["t_collab"].reshape(-1)
                 assist_curves[name] = metrics.accuracy_by_progress(
                     log[:, 1] / t_collab[log[:, 0].astype(int)], log[:, 2])
+        if "untrained (warm-up only)" in assist_tab:  # same episodes and human seeds: paired
+            diff = (np.asarray(assist_tab["MindZero"]["per_episode"])
+                    - np.asarray(assist_tab["untrained (warm-up only)"]["per_episode"]))
+            margin, margin_se = metrics.mean_sem(diff)
+            assist_tab["MindZero"].update(margin_vs_warmup=margin, margin_vs_warmup_se=margin_se)
         sim = simulate(None, aparams, ("random", "bip", "oracle"), states=assist_states,
                        seeds=cfg.mindzero.eval.seeds)
         names = {"random": "random goal", "bip": "exact posterior (BIP)", "oracle": "oracle"}
@@ -216,6 +223,11 @@ def markdown(results: dict, n: int) -> str:
             tf = entry.get("tflops_per_query")
             lines.append(f"| {name} | {entry['speedup']:+.3f} ± {entry['speedup_se']:.3f} | "
                          + (f"{tf:.2e} |" if tf else "– |"))
+        mz = results["assistance"].get("MindZero", {})
+        if "margin_vs_warmup" in mz:
+            lines += ["", f"Speedup margin of MindZero's helper over the warm-up-only model's "
+                      f"(paired per episode): {mz['margin_vs_warmup']:+.3f} ± "
+                      f"{mz['margin_vs_warmup_se']:.3f}"]
     return "\n".join(lines)
 
 
