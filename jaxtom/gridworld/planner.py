@@ -59,7 +59,8 @@ def move_log_probs(steps: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
     fewest steps `m` by 0, 1 or 2 (or are all unreachable alike). Each hypothesis therefore has
     only three distinct logits, `0 > a1 > a2` with `a_k = scale gamma^m (gamma^k - 1)`, and the
     normaliser is `log(n0 + n1 e^a1 + n2 e^a2)`: three transcendentals per hypothesis instead
-    of a dozen, which is what the likelihood's hot loop spends its time on."""
+    of a dozen. (The goal likelihood reads these values from a table built the same way; see
+    `jaxtom.gridworld.likelihood`.)"""
     log_gamma = np.float64(np.log(np.float64(params.gamma)))
     scale = logit_scale(params, params.human_tau)
     steps = steps.astype(jnp.float32)
@@ -204,7 +205,9 @@ def human_log_policy(view: SceneView, human_cell, holding, last_action, object1,
 def human_action_log_prob(view: SceneView, human_cell, holding, last_action, action, object1,
                           object2, params: EnvParams) -> jnp.ndarray:
     """log pi(action | state, goal) of one observed action under each hypothesis: the same
-    policy as `human_log_policy`, without materialising the other six actions."""
+    policy as `human_log_policy`, without materialising the other six actions. The goal
+    likelihood computes the same values faster (`jaxtom.gridworld.likelihood`, tested
+    against this)."""
     parts = human_policy_parts(view, human_cell, holding, last_action, object1, object2, params)
     is_move = jnp.isin(action, _MOVE_IDS)
     moved = parts.move_logp[..., jnp.clip(action - 1, 0, 3)]
