@@ -100,7 +100,9 @@ def test_every_call_names_its_conversation_and_one_buffer():
             seen.append((kw["conversations"], kw["buffer_len"], [TOK.decode(c) for c in contexts]))
             return super().generate(contexts, **kw)
 
-    script = lambda ctx, kind: "A" if kind == "decision" else "fine[PLAN_END][DRAFT_END]"  # noqa: E731
+    def script(ctx, kind):
+        return "A" if kind == "decision" else "fine[PLAN_END][DRAFT_END]"
+
     tasks = [MATH, WRITE]
     for shared, expected in ((True, 16), (False, None)):
         seen.clear()
