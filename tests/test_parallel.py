@@ -14,6 +14,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxtom import parallel
+from jaxtom.models.config import ModelConfig
+from tests.tolerance import decoder_depth, decoder_reduction, float32_tol
 
 
 def test_rules_map_logical_axes():
@@ -85,9 +87,15 @@ def test_sharded_forward_and_generation_equal_single_device():
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
     out = json.loads(line[len("RESULT "):])
+    # the script's model (jaxtom.models.tiny defaults with its overrides), 12 tokens: sharded
+    # matmuls add their partial sums in another order, within a decoder forward's float32
+    # bound (tests/tolerance.py)
+    cfg = ModelConfig(family="qwen3", vocab_size=256, hidden_size=64, intermediate_size=128,
+                      num_layers=2, num_heads=8, num_kv_heads=4, head_dim=8, qk_norm=True)
+    tol = float32_tol(out["max_abs_logit"], decoder_reduction(cfg, 12), decoder_depth(cfg))
     for shape in ["(8, 1, 1)", "(2, 4, 1)", "(1, 2, 4)", "(2, 2, 2)"]:
         r = out[shape]
-        assert r["max_diff"] < 1e-5, (shape, r)
+        assert r["max_diff"] <= tol, (shape, tol, r)
         assert r["greedy_equal"] and r["sampled_equal"], (shape, r)
     assert "tensor" in out["(1, 2, 4)"]["q_spec"] and "fsdp" in out["(1, 2, 4)"]["q_spec"]
     assert out["(2, 2, 2)"]["q_shards"] == 8
