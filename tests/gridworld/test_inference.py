@@ -6,7 +6,7 @@ from jaxtom.gridworld import reference
 from jaxtom.gridworld.inference import goal_log_likelihoods, goal_posterior
 from jaxtom.gridworld.simulation import rollout_batch
 from jaxtom.gridworld.types import EnvParams
-
+from tests.tolerance import EPS32, float32_tol
 
 
 def reference_states(traj, i, params):
@@ -34,7 +34,12 @@ def test_likelihoods_match_reference(states, random_prob, helper):
     for i in range(3):
         ref_states, actions = reference_states(traj, i, params)
         expected = reference.step_log_likelihoods(ref_states, actions, params)
-        np.testing.assert_allclose(got[i, : len(actions)], expected, atol=1e-5)
+        # each entry is a float64 value (the likelihood table) rounded once to float32: within
+        # EPS32 / 2 of it, relative; the other half covers the float64 reference's own error
+        # (~1e-16 absolute, on values down to ~1e-8), exact zeros stay exact
+        np.testing.assert_allclose(got[i, : len(actions)], expected, rtol=EPS32, atol=0)
+        # the likelihoods of the next step in place of this one's are caught
+        assert not np.allclose(got[i, 1: len(actions)], expected[:-1], rtol=EPS32, atol=0)
         assert (got[i, len(actions):] == 0).all(), "steps after the end carry no evidence"
 
 
@@ -43,7 +48,11 @@ def test_posterior_is_a_finite_distribution_and_pause_is_informative(states, par
     _, traj, _, _ = rollout_batch(jax.random.split(jax.random.key(6), 8), batch, params, "stay")
     post = np.asarray(goal_posterior(traj, params))
     assert np.isfinite(post).all()
-    np.testing.assert_allclose(post.sum(-1), 1.0, atol=1e-5)
+    # the softmax's G - 1 adds of its normaliser and a divide, u = EPS32 / 2 each (exp's
+    # errors cancel in the ratio), summed here in float64
+    G = params.num_goals
+    np.testing.assert_allclose(post.astype(np.float64).sum(-1), 1.0, rtol=0,
+                               atol=float32_tol(1.0, G))
     ll = np.asarray(goal_log_likelihoods(traj, params))
     goals = np.asarray(batch.goal)
     true = goals[:, 0] * 7 + goals[:, 1] - (goals[:, 1] > goals[:, 0])
@@ -56,12 +65,22 @@ def test_posterior_is_a_finite_distribution_and_pause_is_informative(states, par
 def test_prior_changes_the_posterior_and_is_validated(states, params):
     _, traj, _, _ = rollout_batch(jax.random.split(jax.random.key(7), 1),
                                   jax.tree.map(lambda x: x[:1], states), params, "stay")
-    prior = np.full(56, 1.0) / 56
+    G = params.num_goals
+    prior = np.full(G, 1.0) / G
     uniform = np.asarray(goal_posterior(traj, params))
-    np.testing.assert_allclose(np.asarray(goal_posterior(traj, params, prior)), uniform, atol=1e-6)
+    # Both are softmaxes over G goals of the same float32 cumulative log-likelihoods, one with
+    # log(1/G) added first. The add rounds each input x_i by u |x_i|, which moves a
+    # probability by at most u (2 |x_max| + 1 + G / e) (p_i <= e^-(x_max - x_i) and
+    # t e^-t <= 1/e); each softmax rounds x - x_max, exp, G - 1 adds and a divide: at most
+    # (G + 4 + G / e) u. In EPS32 = 2u units: |x_max| + 2 G covers both.
+    x_max = np.cumsum(np.asarray(goal_log_likelihoods(traj, params), np.float64), -2).max(-1)
+    x_max = np.abs(x_max + np.log(1 / G)).max()
+    tol = float32_tol(x_max, 1) + float32_tol(1.0, 2 * G)
+    np.testing.assert_allclose(np.asarray(goal_posterior(traj, params, prior)), uniform,
+                               rtol=0, atol=tol)
     skewed = prior.copy()
     skewed[0] *= 100
     skewed /= skewed.sum()
-    assert not np.allclose(np.asarray(goal_posterior(traj, params, skewed)), uniform)
+    assert np.abs(np.asarray(goal_posterior(traj, params, skewed)) - uniform).max() > tol
     with pytest.raises(ValueError, match="expected 56"):
         goal_posterior(traj, params, np.ones(28) / 28)
