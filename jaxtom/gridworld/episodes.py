@@ -46,7 +46,7 @@ class EpisodeSet:
         return int(self.length.shape[0])
 
     def take(self, index) -> "EpisodeSet":
-        index = np.asarray(index)
+        index = np.asarray(index, dtype=np.int64)  # an empty list would be float64
         pick = lambda tree: jax.tree.map(lambda x: x[index], tree)  # noqa: E731
         return EpisodeSet(pick(self.states), pick(self.trajectories), self.pick_step[index],
                           self.put_step[index], self.length[index])

@@ -70,3 +70,9 @@ def test_questions_are_well_formed():
     assert accuracy(questions, answers)[0] == 1.0
     assert accuracy(questions, ["z"] * len(questions))[0] == 0.0
     assert {q.answer_letter for q in questions} == {"a", "b"}, "answers are shuffled"
+
+
+def test_taking_no_episodes_gives_an_empty_set(split):
+    """A QA round that yields no usable episode takes an empty list (it used to raise)."""
+    empty = split[0].take([])
+    assert len(empty) == 0 and empty.trajectories.valid.shape[0] == 0
