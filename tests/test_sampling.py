@@ -6,10 +6,31 @@ import pytest
 import torch
 
 from jaxtom import models, sampling
+from jaxtom.models.decoder import CACHE_SEQ_AXIS
 from jaxtom.models.tiny import save_tiny_hf
 from jaxtom.tokenizer import Tokenizer
+from tests.tolerance import decoder_depth, decoder_reduction, float32_tol
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [200]]
+
+
+def cache_len(*results) -> int:
+    """The most keys any of `results`' decode steps attended over."""
+    return max(r.state.cache.k.shape[CACHE_SEQ_AXIS] for r in results)
+
+
+def logprob_tol(model, seq_len, sequences, logprobs) -> float:
+    """Bound (tests/tolerance.py) on float32 rounding between two programs' log-probs of
+    `sequences`: a decoder forward to the logits whose attention sums over `seq_len` keys,
+    whose error enters log p = z_token - logsumexp(z) twice, plus the log-softmax's own sum
+    over the vocabulary; at the magnitude of the logits (right-padded into one batch, which
+    changes no real position's logits) or of the log-probs, whichever is larger."""
+    cfg = model.config
+    width = max(map(len, sequences))
+    ids = np.asarray([list(s) + [0] * (width - len(s)) for s in sequences])
+    scale = max(float(np.abs(np.asarray(model(ids))).max()), float(np.abs(logprobs).max()))
+    forward = float32_tol(scale, decoder_reduction(cfg, seq_len), decoder_depth(cfg))
+    return 2 * forward + float32_tol(scale, cfg.vocab_size + 2)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +71,10 @@ def test_logprobs_are_model_logprobs(qwen):
     logp = jax.nn.log_softmax(model(np.asarray([seq])), -1)[0, len(PROMPTS[0]) - 1:-1]
     expected = np.take_along_axis(np.asarray(logp), np.asarray(result.sequences()[0])[:, None],
                                   1)[:, 0]
-    np.testing.assert_allclose(result.logprobs[0], expected, atol=2e-5)
+    tol = logprob_tol(model, max(cache_len(result), len(seq)), [seq], expected)
+    np.testing.assert_allclose(result.logprobs[0], expected, rtol=0, atol=tol)
+    # the log-probs one position off are caught
+    assert np.abs(result.logprobs[0][1:] - expected[:-1]).max() > tol
 
 
 def test_same_key_same_samples_and_filters(qwen):
@@ -156,8 +180,11 @@ def test_rows_sample_from_their_own_keys(qwen):
     shard = sampling.generate(model, prompts[4:], row_ids=[4, 5, 6, 7], **kw)
     assert np.array_equal(shard.tokens, full.tokens[4:])
     assert np.array_equal(shard.lengths, full.lengths[4:])
-    # log-probs are O(log vocab) ~ 5.5 and come out of different-shaped float32 programs
-    np.testing.assert_allclose(shard.logprobs, full.logprobs[4:], rtol=0, atol=2e-5)
+    # different-shaped float32 programs: within the bound of a forward over the longer cache
+    tol = logprob_tol(model, cache_len(full, shard),
+                      [p + g for p, g in zip(prompts, full.sequences())], full.logprobs)
+    np.testing.assert_allclose(shard.logprobs, full.logprobs[4:], rtol=0, atol=tol)
+    assert np.abs(shard.logprobs - full.logprobs[[5, 6, 7, 4]]).max() > tol  # rows mixed up
     default_ids = sampling.generate(model, prompts[4:], **kw)  # ids 0..3: other draws
     assert not np.array_equal(default_ids.tokens, full.tokens[4:])
     greedy = dict(max_new_tokens=12, temperature=0.0)
@@ -180,12 +207,16 @@ def test_token_cap_is_a_run_time_value(qwen):
     model, _ = qwen
     kw = dict(temperature=1.0, key=jax.random.key(5))
     long = sampling.generate(model, PROMPTS, max_new_tokens=16, **kw)
+    sequences = [p + g for p, g in zip(PROMPTS, long.sequences())]
     for cap, buffer_len in [(5, None), (5, 64), (16, 64)]:
         short = sampling.generate(model, PROMPTS, max_new_tokens=cap, buffer_len=buffer_len,
                                   **kw)
         assert short.tokens.shape == (3, cap) and list(short.lengths) == [cap] * 3
         assert np.array_equal(short.tokens, long.tokens[:, :cap])
-        np.testing.assert_allclose(short.logprobs, long.logprobs[:, :cap], rtol=0, atol=2e-5)
+        tol = logprob_tol(model, cache_len(short, long), sequences, long.logprobs)
+        np.testing.assert_allclose(short.logprobs, long.logprobs[:, :cap], rtol=0, atol=tol)
+        # one position off is caught
+        assert np.abs(short.logprobs[:, 1:] - long.logprobs[:, :cap - 1]).max() > tol
     with pytest.raises(ValueError, match="buffer_len=4 is smaller than max_new_tokens=5"):
         sampling.generate(model, PROMPTS, max_new_tokens=5, buffer_len=4, **kw)
 
