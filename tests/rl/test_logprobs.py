@@ -10,9 +10,8 @@ from flax import nnx
 from jaxtom import rl
 from jaxtom.models import init_decoder
 from jaxtom.rl import logprobs
-from tests.rl.common import TINY, random_batch
-
-EPS = float(np.finfo(np.float32).eps)
+from tests.rl.common import TINY, gradient_tol, random_batch
+from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close
 
 
 def inputs(seed, B=3, T=9, D=16, V=1000):
@@ -30,9 +29,27 @@ def plain(h, w, tokens):
     return rl.token_logprobs(z, tokens), rl.token_entropy(z)
 
 
-def tolerance(scale, V):
-    """float32 rounding of a V-term reduction, a few ulps per term's share, times its scale."""
-    return 8 * EPS * np.sqrt(V) * max(float(scale), 1.0)
+def head_tol(h, w, chunk):
+    """`reduction`/`scale` of the float32 bound (tests/tolerance.py) between the chunked and
+    the plain log-probs and entropies of logits h @ w, both programs' rounding: the logits'
+    dot over D; the log-softmax over V, which rounds at the logits' size, and the entropy's
+    sum over V again (as for `decision_entropy` in test_losses); per vocabulary chunk the
+    online logsumexp's rescale exp(m - m_new) and two more roundings; a few elementwise ops.
+    The scale is the logits' terms, max sum_d |h_d w_dv| (the logits may cancel below it),
+    plus log V, the log-normaliser's size."""
+    D, V = h.shape[-1], w.shape[-1]
+    chunks = -(-V // (chunk or V))
+    terms = float((jnp.abs(h) @ jnp.abs(w)).max())
+    return dict(reduction=D + 2 * V + 2 * chunks + 8, scale=terms + np.log(V))
+
+
+def head_grad_tol(value_tol, scored, grad):
+    """The same for a gradient: forward and backward (depth 2), the backward adding its
+    sums over the V logits (the hidden state's gradient) and over the `scored` positions
+    (the head's); relative to the gradient's own size times the logits' scale, since
+    p = exp(z - logsumexp) turns the logits' absolute error into a relative one."""
+    return dict(reduction=value_tol["reduction"] + int(scored), depth=2,
+                scale=float(jnp.abs(grad).max()) * value_tol["scale"])
 
 
 def chunked(h, w, tokens, vocab_axis, chunk, **kw):
@@ -48,11 +65,12 @@ def test_values_and_gradients_match_full_logits(vocab_axis, V, chunk):
     h, w, tokens, g = inputs(V + (chunk or 0), V=V)
     want = plain(h, w, tokens)
     got = chunked(h, w, tokens, vocab_axis, chunk)
-    zmax = float(jnp.abs(h @ w).max())
+    tol = head_tol(h, w, chunk)
     for a, b in zip(want, got):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0,
-                                   atol=tolerance(zmax + np.log(V), V))
+        assert_close(b, a, **tol)
     assert float(jnp.abs(got[0][:, 0]).max()) == 0.0 and float(jnp.abs(got[1][:, 0]).max()) == 0
+    # the targets one position late are caught
+    assert not is_close(got[0][:, 1:], plain(h, w, jnp.roll(tokens, 1, axis=1))[0][:, 1:], **tol)
 
     def loss(fn):
         return lambda h, w: sum(jnp.sum(x * gi) for x, gi in zip(fn(h, w), g))
@@ -60,8 +78,11 @@ def test_values_and_gradients_match_full_logits(vocab_axis, V, chunk):
     want_g = jax.grad(loss(lambda h, w: plain(h, w, tokens)), (0, 1))(h, w)
     got_g = jax.grad(loss(lambda h, w: chunked(h, w, tokens, vocab_axis, chunk)), (0, 1))(h, w)
     for a, b in zip(want_g, got_g):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0,
-                                   atol=tolerance(jnp.abs(a).max() * zmax, V))
+        assert_close(b, a, **head_grad_tol(tol, tokens[:, 1:].size, a))
+    # so is the gradient of the log-probs alone (the entropy's cotangent dropped)
+    wrong_g = jax.grad(lambda h, w: jnp.sum(plain(h, w, tokens)[0] * g[0]), (0, 1))(h, w)
+    for a, b in zip(want_g, wrong_g):
+        assert not is_close(b, a, **head_grad_tol(tol, tokens[:, 1:].size, a))
 
 
 def test_only_scored_positions_are_computed():
@@ -73,8 +94,10 @@ def test_only_scored_positions_are_computed():
     keep[:, 0] = False
     want, _ = plain(h, w, tokens)
     got, _ = chunked(h, w, tokens, 1, 256, scored=jnp.asarray(scored), width=width)
-    np.testing.assert_allclose(np.asarray(got), np.where(keep, np.asarray(want), 0.0), rtol=0,
-                               atol=tolerance(jnp.abs(h @ w).max() + 7, 1000))
+    tol = head_tol(h, w, 256)
+    assert_close(got, np.where(keep, np.asarray(want), 0.0), **tol)
+    # an unscored position computed, or a scored one left out, is caught
+    assert not is_close(got, np.where(np.roll(keep, 1, axis=1), np.asarray(want), 0.0), **tol)
 
     def grad(fn):
         return jax.grad(lambda h, w: jnp.sum(jnp.where(keep, fn(h, w), 0.0) * g[0]),
@@ -84,8 +107,7 @@ def test_only_scored_positions_are_computed():
     got_g = grad(lambda h, w: chunked(h, w, tokens, 1, 256, scored=jnp.asarray(scored),
                                       width=width)[0])
     for a, b in zip(want_g, got_g):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0,
-                                   atol=tolerance(jnp.abs(a).max() * 10, 1000))
+        assert_close(b, a, **head_grad_tol(tol, keep.sum(), a))
 
 
 def largest_array(fn, *args) -> int:
@@ -153,12 +175,17 @@ def test_learner_log_probs_equal_the_full_logits(tied):
 
     (_, got), got_g = jax.jit(jax.value_and_grad(new, has_aux=True))(params)
     (_, want), want_g = jax.jit(jax.value_and_grad(old, has_aux=True))(params)
-    V = TINY.vocab_size
-    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0,
-                               atol=tolerance(20, V))
+    # a decoder forward (tests/tolerance.py) then the log-softmax and the entropy's sum over
+    # V at the logits' size; the gradients within the tiny model's loss-gradient bound
+    # (tests/rl/common.py), each relative to its own size
+    V, T = TINY.vocab_size, batch.tokens.shape[1]
+    logits = nnx.merge(graphdef, params, frozen)(batch.tokens, batch.positions, batch.segment_ids)
+    tol = dict(reduction=decoder_reduction(TINY, T) + 2 * V + 8, depth=decoder_depth(TINY),
+               scale=float(jnp.abs(logits).max()) + np.log(V))
+    assert_close(got[0], want[0], **tol)
     decision = np.asarray(batch.decision_mask) > 0
-    np.testing.assert_allclose(np.asarray(got[1])[decision], np.asarray(want[1])[decision],
-                               rtol=0, atol=tolerance(20, V))
+    assert_close(np.asarray(got[1])[decision], np.asarray(want[1])[decision], **tol)
+    assert not is_close(got[0][:, 1:], want[0][:, :-1], **tol)  # one position off
+    grad = gradient_tol(TINY, seq_len=T, tokens=batch.tokens.size)
     for a, b in zip(jax.tree.leaves(want_g), jax.tree.leaves(got_g)):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0,
-                                   atol=tolerance(20 * float(jnp.abs(a).max()), V))
+        assert_close(b, a, **grad)
