@@ -38,7 +38,7 @@ def _leftovers(marker: str) -> list[int]:
 def test_good_code_scores_fraction_passed():
     code = "def task_func():\n    return 1\n"
     r = run_tests(code, TESTS + "    def test_fail(self):\n        self.assertEqual(task_func(), 2)\n")
-    assert (r.passed, r.total) == (2, 3) and r.score == pytest.approx(2 / 3)
+    assert (r.passed, r.total) == (2, 3) and r.score == 2 / 3  # passed / total, one division
     assert score_coding("", TESTS) == 0.0
     assert run_tests("def task_func(:\n", TESTS).score == 0.0  # syntax error
     assert run_tests("def task_func():\n    return 1\n", "x = 1\n").error == "no unittest cases found"

@@ -35,7 +35,7 @@ def score(code: str) -> float:
 @pytest.fixture(scope="module")
 def honest() -> float:
     value = score(WRONG)
-    assert value == pytest.approx(2 / 4)
+    assert value == 2 / 4  # passed / total, exact
     return value
 
 
