@@ -2,8 +2,6 @@
 revisions, COMMIT before any draft, budget exhaustion, answer-gated end), the visible
 transcript, hidden drafts, policy-token mask and prediction targets."""
 
-import pytest
-
 from jaxtom.ctom import protocol as P
 from jaxtom.ctom.controller import ControllerConfig
 from jaxtom.ctom.data import builtin_tasks
