@@ -4,7 +4,6 @@ re-prefill path's (tiny random model, scripted simulator)."""
 
 import jax
 import pytest
-from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tokenizers, trainers
 
 from jaxtom import sampling
 from jaxtom.ctom import protocol as P
@@ -14,11 +13,9 @@ from jaxtom.ctom.kept_cache import KeptCaches, common_prefix
 from jaxtom.ctom.policies import SamplerPolicy, ScriptedPolicy
 from jaxtom.ctom.prompts import SIMULATOR_PROMPTS, system_prompt
 from jaxtom.ctom.simulators import ScriptedSimulator
-from jaxtom.models import init_decoder
-from jaxtom.models.config import ModelConfig
-from jaxtom.tokenizer import Tokenizer
 
 from .scripted import TOK
+from .tiny_chat import chatml_bpe, tiny_chat_model
 
 MATH = builtin_tasks("math")[1]
 WRITE = builtin_tasks("writing")[0]
@@ -29,22 +26,12 @@ def tok():
     """A small byte-level BPE with ChatML specials, trained on the prompts it will encode."""
     corpus = list(SIMULATOR_PROMPTS.values()) + [system_prompt(d) for d in ("math", "writing")]
     corpus += [t.prompt + " " + t.hidden for t in (MATH, WRITE)]
-    bpe = HFTokenizer(tm.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=1200, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return Tokenizer(bpe, chat_format="qwen3", eos_tokens=("<|im_end|>",))
+    return chatml_bpe(corpus)
 
 
 @pytest.fixture(scope="module")
 def model(tok):
-    cfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=32,
-                      intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
-                      head_dim=16, qk_norm=True, max_position_embeddings=4096,
-                      eos_token_ids=tok.eos_token_ids)
-    return init_decoder(cfg, seed=0)
+    return tiny_chat_model(tok, max_positions=4096)
 
 
 CFG = dict(max_rounds=2, max_revisions=1, plan_cap=6, ask_cap=8, draft_cap=10,

@@ -6,7 +6,6 @@ import dataclasses
 
 import jax
 import pytest
-from tokenizers import Tokenizer as HFTokenizer, decoders, models as tm, pre_tokenizers, trainers
 
 from jaxtom import sampling
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
@@ -17,9 +16,8 @@ from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.simulators import SimRequest, SimulatorError
 from jaxtom.ctom.simulators_llm import LLMSimulator
 from jaxtom.ctom.train import CToMSettings, make_simulator
-from jaxtom.models import init_decoder
-from jaxtom.models.config import ModelConfig
-from jaxtom.tokenizer import Tokenizer
+
+from .tiny_chat import chatml_bpe, tiny_chat_model
 
 MATH = builtin_tasks("math")[1]  # answer 8
 CODE = builtin_tasks("coding")[8]
@@ -31,22 +29,12 @@ def tok():
     """A byte-level BPE trained on the C.3 prompts (short prompts) with ChatML specials."""
     corpus = list(SIMULATOR_PROMPTS.values()) + [t.prompt + " " + t.hidden for t in
                                                  (MATH, CODE, WRITE)]
-    bpe = HFTokenizer(tm.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=1200, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return Tokenizer(bpe, chat_format="qwen3", eos_tokens=("<|im_end|>",))
+    return chatml_bpe(corpus)
 
 
 @pytest.fixture(scope="module")
 def model(tok):
-    cfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=32,
-                      intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
-                      head_dim=16, qk_norm=True, max_position_embeddings=2048,
-                      eos_token_ids=tok.eos_token_ids)
-    return init_decoder(cfg, seed=0)
+    return tiny_chat_model(tok, max_positions=2048)
 
 
 def req(task, *history, final=False):
