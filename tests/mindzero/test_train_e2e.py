@@ -47,13 +47,15 @@ def test_ssrl_learns_from_the_reward_alone(tmp_path):
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=60",
         "mindzero.data.eval_episodes=4", "mindzero.warmup.steps=60",
         "mindzero.warmup.batch_size=16", "mindzero.warmup.min_distinct=0",
-        "trainer.total_steps=40", "step.total_steps=40", "step.warmup_steps=5",
+        "trainer.total_steps=150", "step.total_steps=150", "step.warmup_steps=5",
+        "step.learning_rate=1e-3",
         "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0"])
     train(cfg, progress=False)
     lines = [json.loads(x) for x in
              (tmp_path / "ssrl" / "metrics.jsonl").read_text().splitlines() if x]
     reward = np.array([x["reward_mean"] for x in lines])
     valid = np.array([x["valid"] for x in lines])
-    first, last = slice(0, 10), slice(-10, None)
-    assert valid[last].mean() > valid[first].mean() + 0.05
-    assert reward[last].mean() > reward[first].mean() + 10.0  # nats per sample
+    first, last = slice(0, 20), slice(-20, None)
+    # measured 2026-12-01: well-formed 0.65 -> 0.97, reward about -265 -> -200 nats
+    assert valid[last].mean() > valid[first].mean() + 0.15
+    assert reward[last].mean() > reward[first].mean() + 20.0  # nats per sample
