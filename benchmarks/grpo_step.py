@@ -37,6 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jaxtom.plan import xla_memory  # noqa: E402  (the figure `jaxtom plan` reports)
+
 TINY = dict(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
             max_position_embeddings=512, initializer_range=0.05)
@@ -63,14 +65,6 @@ def timed(fns, repeats):
             fn()
             out.append(time.perf_counter() - t)
     return [statistics.median(t) for t in times]
-
-
-def xla_memory(compiled) -> dict[str, int]:
-    m = compiled.memory_analysis()
-    out = {"arguments": int(m.argument_size_in_bytes), "outputs": int(m.output_size_in_bytes),
-           "aliased": int(m.alias_size_in_bytes), "temporaries": int(m.temp_size_in_bytes)}
-    out["peak"] = out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
-    return out
 
 
 def run_jaxtom(path, data):

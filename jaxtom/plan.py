@@ -142,7 +142,9 @@ def _with_shardings(shapes, shardings):
                         shapes, shardings)
 
 
-def _xla_memory(compiled) -> dict[str, int]:
+def xla_memory(compiled) -> dict[str, int]:
+    """Bytes of a compiled program by XLA's memory analysis; `peak` = arguments + outputs -
+    aliased (donated) + temporaries, the most its buffers hold at once."""
     m = compiled.memory_analysis()
     out = {"arguments": int(m.argument_size_in_bytes), "outputs": int(m.output_size_in_bytes),
            "aliased": int(m.alias_size_in_bytes), "temporaries": int(m.temp_size_in_bytes)}
@@ -275,7 +277,7 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
               "optimizer_state": device_bytes(state.opt_state),
               "gradients": params,  # one gradient per trainable parameter, sharded alike
               "train_state": device_bytes(state), "batch": device_bytes(batch)}
-    xla = _xla_memory(compiled)
+    xla = xla_memory(compiled)
     s, dp = config.step, mesh.shape["data"] * mesh.shape["fsdp"]
     per_micro = rows // (dp * s.micro_batches * getattr(s, "ppo_mini_batches", 1))
     pred = prediction_rows(config)
@@ -389,7 +391,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
             elif loop_state is not None and isinstance(out, loop_state):
                 values["state"] = out
     seconds = time.perf_counter() - start
-    xla = {name: _xla_memory(c) for name, c in programs.items()}
+    xla = {name: xla_memory(c) for name, c in programs.items()}
     peak = max(x["peak"] for x in xla.values())
     worst = next(name for name, x in xla.items() if x["peak"] == peak)
     xla_flops = [_xla_flops(c) for c in programs.values()]
