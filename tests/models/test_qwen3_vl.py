@@ -1,0 +1,184 @@
+"""Qwen3-VL: preprocessing, positions, logits and greedy generation against transformers."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+from jaxtom.models import image_processing, mrope, vl_sampling
+from jaxtom.models.qwen3_vl import prepare_batch
+from jaxtom.models.tiny_vl import save_tiny_vl_hf
+from jaxtom.models.vl_io import from_pretrained_vl, save_pretrained_vl
+
+from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close
+
+IMG, START, END = 250, 252, 253
+MIN_PIXELS = 32 * 32  # let small test images keep small grids
+
+
+@pytest.fixture(scope="module")
+def tiny_vl(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen3vl")
+    tm = save_tiny_vl_hf(path)
+    return path, tm, from_pretrained_vl(path)
+
+
+def gridworld_image(cell_size: int, seed: int = 0) -> np.ndarray:
+    from jaxtom.gridworld import env
+    from jaxtom.gridworld.render import render_rgb
+    from jaxtom.gridworld.types import EnvParams
+
+    _, state = env.reset(jax.random.key(seed), EnvParams())
+    return np.asarray(render_rgb(state, cell_size=cell_size))
+
+
+def random_images(*shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (*s, 3), dtype=np.uint8) for s in shapes]
+
+
+def hf_inputs(batch, pre):
+    ids = torch.tensor(batch.input_ids, dtype=torch.long)
+    return dict(input_ids=ids, pixel_values=torch.tensor(np.concatenate([p for p, _ in pre])),
+                image_grid_thw=torch.tensor([list(g) for _, g in pre]),
+                mm_token_type_ids=(ids == IMG).int())
+
+
+def vl_forward_tol(model, batch):
+    """Float32 rounding bound (tests/tolerance.py) of the whole forward, as the sum of its
+    chained stages' rounding steps: the patch embedding (patch_dim terms + 4 position taps),
+    each vision block (LayerNorm, qkv (d), scores (head_dim), softmax and weighted values
+    (patches each), proj (d), LayerNorm, fc1 (d), fc2 (intermediate)), a merger (LayerNorm,
+    4d twice), then the decoder's layers and head."""
+    cfg = model.config
+    v = cfg.vision
+    P = batch.vision.patches.shape[1]
+    block = 5 * v.hidden_size + v.head_dim + 2 * P + v.intermediate_size + 2
+    merger = 9 * v.hidden_size
+    text = decoder_reduction(cfg.text, batch.input_ids.shape[1]) * decoder_depth(cfg.text)
+    return dict(reduction=v.patch_dim + 4 + v.depth * block + merger + text)
+
+
+def test_preprocessing_matches_transformers_pil_processor():
+    """Bit for bit on gridworld pictures: 500x500 (50 px cells, the paper's) -> 256 tokens,
+    and a 230x230 one that PIL's bicubic filter resizes to 256x256."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil)
+
+    from jaxtom.models.vl_config import VisionConfig
+
+    proc = Qwen2VLImageProcessorPil(  # Qwen3-VL's preprocessor_config.json
+        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
+        image_std=[0.5] * 3, size={"shortest_edge": 65536, "longest_edge": 16777216})
+    vc = VisionConfig(depth=1, hidden_size=32, intermediate_size=64, num_heads=4,
+                      out_hidden_size=64, num_position_embeddings=2304,
+                      deepstack_visual_indexes=())
+    for cell, side, grid in ((50, 500, 32), (23, 230, 16)):
+        image = gridworld_image(cell)
+        assert image.shape == (side, side, 3)
+        ref = proc(images=[image], return_tensors="np")
+        ours, thw = image_processing.preprocess_image(image, vc)
+        assert thw == (1, grid, grid) == tuple(ref["image_grid_thw"][0])
+        assert ours.dtype == np.float32
+        np.testing.assert_array_equal(ours, ref["pixel_values"])
+    assert image_processing.num_image_tokens((1, 32, 32), vc) == 256
+
+
+def test_rope_index_matches_transformers(tiny_vl):
+    _, tm, model = tiny_vl
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 96), (100, 50))]
+    batch = prepare_batch(model.config, [[5, START, IMG, END, 7, START, IMG, END, 9, 10]],
+                          [pre], preprocessed=True)
+    inputs = hf_inputs(batch, pre)
+    ref_pos, ref_delta = tm.model.get_rope_index(
+        inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"])
+    np.testing.assert_array_equal(batch.positions, ref_pos.numpy())
+    np.testing.assert_array_equal(batch.rope_deltas, ref_delta.numpy()[:, 0])
+    assert batch.rope_deltas[0] < 0  # images take fewer positions than tokens
+
+
+@pytest.mark.parametrize("shapes", [[(64, 64)], [(64, 96), (128, 64)]],
+                         ids=["one-image", "two-images-different-sizes"])
+def test_logits_match_transformers(tiny_vl, shapes):
+    _, tm, model = tiny_vl
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images(*shapes)]
+    prompt = [5, 6]
+    for _ in pre:
+        prompt += [START, IMG, END, 7]
+    prompt += [8, 9]
+    batch = prepare_batch(model.config, [prompt], [pre], preprocessed=True)
+    if len(pre) == 2:
+        assert pre[0][1] != pre[1][1]  # different grids: the second image is padded
+        assert not batch.vision.valid.all()
+    with torch.no_grad():
+        ref = tm(**hf_inputs(batch, pre)).logits.numpy()
+    assert np.abs(ref).max() > 1.0, "oracle logits too small for a meaningful test"
+    forward = jax.jit(lambda ids, pos, idx, vis: model(ids, pos, idx, vis))
+    ours = np.asarray(forward(batch.input_ids, batch.positions, batch.image_index,
+                              batch.vision))
+    tol = vl_forward_tol(model, batch)
+    bound = assert_close(ours, ref, **tol)
+    print(f"max |diff| {np.abs(ours - ref).max():.3g} <= {bound:.3g} on scale "
+          f"{np.abs(ref).max():.3g}")
+    # what the test can catch: 1-D positions instead of M-RoPE, or no DeepStack
+    flat = np.broadcast_to(np.arange(batch.input_ids.shape[1]), batch.positions.shape)
+    assert not is_close(forward(batch.input_ids, flat, batch.image_index, batch.vision), ref,
+                        **tol)
+    from flax import nnx
+
+    no_deep = nnx.clone(model)  # DeepStack features zeroed: the mergers' last layer is 0
+    no_deep.visual.deepstack.fc2[...] = 0 * no_deep.visual.deepstack.fc2[...]
+    no_deep.visual.deepstack.fc2_bias[...] = 0 * no_deep.visual.deepstack.fc2_bias[...]
+    assert not is_close(no_deep(batch.input_ids, batch.positions, batch.image_index,
+                                batch.vision), ref, **tol)
+
+
+def test_greedy_generation_matches_transformers(tiny_vl):
+    _, tm, model = tiny_vl
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 96), (100, 50), seed=1)]
+    prompt = [5, 6, START, IMG, END, 7, 8, START, IMG, END, 9, 10, 11]
+    result = vl_sampling.generate(model, [prompt], [pre], preprocessed=True,
+                                  max_new_tokens=16, temperature=0)
+    batch = prepare_batch(model.config, [prompt], [pre], preprocessed=True)
+    with torch.no_grad():
+        out = tm.generate(**hf_inputs(batch, pre), max_new_tokens=16, min_new_tokens=16,
+                          do_sample=False)
+    ref = out[0, batch.input_ids.shape[1]:].tolist()
+    assert len(ref) == 16
+    assert result.sequences()[0] == ref
+
+
+def test_save_round_trip_loads_in_transformers(tiny_vl, tmp_path):
+    from transformers import Qwen3VLForConditionalGeneration
+
+    _, tm, model = tiny_vl
+    out = save_pretrained_vl(model, tmp_path / "saved")
+    reloaded = Qwen3VLForConditionalGeneration.from_pretrained(str(out)).eval()
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 64), seed=2)]
+    batch = prepare_batch(model.config, [[5, START, IMG, END, 6]], [pre], preprocessed=True)
+    with torch.no_grad():  # same float32 weights in the same PyTorch program
+        np.testing.assert_array_equal(reloaded(**hf_inputs(batch, pre)).logits.numpy(),
+                                      tm(**hf_inputs(batch, pre)).logits.numpy())
+    again = from_pretrained_vl(out)
+    for a, b in zip(jax.tree.leaves(jax.tree.map(np.asarray, again)),
+                    jax.tree.leaves(jax.tree.map(np.asarray, model))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bad_inputs_name_the_problem(tiny_vl):
+    _, _, model = tiny_vl
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 64))]
+    with pytest.raises(ValueError, match="2 image placeholders.*1 images"):
+        prepare_batch(model.config, [[START, IMG, END, START, IMG, END]], [pre],
+                      preprocessed=True)
+    with pytest.raises(ValueError, match="may not end with an image token"):
+        vl_sampling.generate(model, [[5, IMG]], [pre], preprocessed=True, max_new_tokens=2,
+                             temperature=0)
+    with pytest.raises(ValueError, match="uint8"):
+        image_processing.preprocess_image(np.zeros((8, 8, 3), np.float32), model.config.vision)
+    assert mrope.mrope_axes(model.config).tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
