@@ -1,11 +1,14 @@
-"""Language models: one NNX decoder for Llama 3 / Qwen3, HF + GGUF loading, saving, LoRA.
+"""Language models: one NNX decoder for Llama 3 / Qwen3, HF + GGUF loading, saving, LoRA;
+Qwen3-VL (vision tower + that decoder) for image prompts.
 
 `from_pretrained(path)` takes a Hugging Face directory or a `.gguf` file and returns a
-`Decoder`, callable as `model(input_ids) -> logits [batch, seq, vocab]`.
+`Decoder`, callable as `model(input_ids) -> logits [batch, seq, vocab]`, or a `Qwen3VL` for a
+Qwen3-VL directory (see `jaxtom.models.qwen3_vl`).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from jax.sharding import Mesh
@@ -13,22 +16,43 @@ from jax.sharding import Mesh
 from jaxtom.models.config import ModelConfig, config_from_hf_dict, load_hf_config
 from jaxtom.models.decoder import Decoder, KVCache, init_decoder
 from jaxtom.models.gguf_io import from_pretrained_gguf, smollm2_gguf_path
-from jaxtom.models.hf_io import from_pretrained_hf, save_pretrained
+from jaxtom.models.hf_io import from_pretrained_hf
+from jaxtom.models.hf_io import save_pretrained as _save_pretrained_text
 from jaxtom.models.lora import add_lora, merge_lora
+from jaxtom.models.qwen3_vl import Qwen3VL, init_qwen3_vl
+from jaxtom.models.vl_config import VLConfig, is_vl_dict
+from jaxtom.models.vl_io import from_pretrained_vl, save_pretrained_vl
 
 
 def from_pretrained(path: str | Path, *, dtype: str = "float32",
-                    compute_dtype: str | None = None, mesh: Mesh | None = None) -> Decoder:
-    """Loads an HF safetensors directory or a GGUF file, sharded over `mesh` if given."""
+                    compute_dtype: str | None = None, mesh: Mesh | None = None
+                    ) -> Decoder | Qwen3VL:
+    """Loads an HF safetensors directory or a GGUF file, sharded over `mesh` if given; a
+    Qwen3-VL directory gives a `Qwen3VL`."""
     path = Path(path)
     if path.suffix == ".gguf":
         return from_pretrained_gguf(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is neither a Hugging Face model directory nor a "
                                 ".gguf file")
+    if is_vl_dir(path):
+        return from_pretrained_vl(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
     return from_pretrained_hf(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
 
 
-__all__ = ["Decoder", "KVCache", "ModelConfig", "add_lora", "config_from_hf_dict",
-           "from_pretrained", "init_decoder", "load_hf_config", "merge_lora",
-           "save_pretrained", "smollm2_gguf_path"]
+def is_vl_dir(path: str | Path) -> bool:
+    """Whether `path` is a Hugging Face directory of a Qwen3-VL checkpoint."""
+    file = Path(path) / "config.json"
+    return file.is_file() and is_vl_dict(json.loads(file.read_text()))
+
+
+def save_pretrained(model: Decoder | Qwen3VL, path: str | Path, **kwargs) -> Path:
+    """Writes an HF directory (config.json + safetensors) transformers loads back."""
+    if isinstance(model, Qwen3VL):
+        return save_pretrained_vl(model, path)
+    return _save_pretrained_text(model, path, **kwargs)
+
+
+__all__ = ["Decoder", "KVCache", "ModelConfig", "Qwen3VL", "VLConfig", "add_lora",
+           "config_from_hf_dict", "from_pretrained", "init_decoder", "init_qwen3_vl",
+           "is_vl_dir", "load_hf_config", "merge_lora", "save_pretrained", "smollm2_gguf_path"]

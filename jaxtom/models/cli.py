@@ -14,6 +14,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("model", help="HF model directory or .gguf file")
     p.add_argument("--prompt", help="prompt text")
     p.add_argument("--ids", help="comma-separated prompt token ids (instead of --prompt)")
+    p.add_argument("--image", action="append", default=[],
+                   help="image file for a Qwen3-VL model (repeatable; fills the prompt's "
+                        "<|image_pad|> placeholders in order, else goes before the text)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as one user chat turn")
     p.add_argument("--no-think", action="store_true", help="Qwen3: disable thinking")
     p.add_argument("--tokenizer", help="tokenizer.json/.model path, or 'qwen3' / 'llama3'")
@@ -56,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     mesh = parallel.make_mesh(*map(int, args.mesh.split(","))) if args.mesh else None
     model = models.from_pretrained(path, dtype=args.dtype, mesh=mesh)
     tokenizer = load_tokenizer(path, args.tokenizer)
+    if isinstance(model, models.Qwen3VL):
+        from jaxtom.models.vl_cli import run_vl
+        return run_vl(args, model, tokenizer)
+    if args.image:
+        raise SystemExit(f"--image needs a Qwen3-VL model; {path} is a text-only "
+                         f"{model.config.architecture}")
     if args.ids is not None:
         prompt = [int(t) for t in args.ids.split(",")]
     else:

@@ -10,7 +10,9 @@ from jaxtom.models.qwen3_vl import prepare_batch
 from jaxtom.models.tiny_vl import save_tiny_vl_hf
 from jaxtom.models.vl_io import from_pretrained_vl, save_pretrained_vl
 
-from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close
+from tests.tolerance import (
+    assert_close, decoder_depth, decoder_reduction, float32_tol, is_close,
+)
 
 IMG, START, END = 250, 252, 253
 MIN_PIXELS = 32 * 32  # let small test images keep small grids
@@ -44,19 +46,21 @@ def hf_inputs(batch, pre):
                 mm_token_type_ids=(ids == IMG).int())
 
 
-def vl_forward_tol(model, batch):
-    """Float32 rounding bound (tests/tolerance.py) of the whole forward, as the sum of its
-    chained stages' rounding steps: the patch embedding (patch_dim terms + 4 position taps),
-    each vision block (LayerNorm, qkv (d), scores (head_dim), softmax and weighted values
-    (patches each), proj (d), LayerNorm, fc1 (d), fc2 (intermediate)), a merger (LayerNorm,
-    4d twice), then the decoder's layers and head."""
-    cfg = model.config
+def vl_reduction(cfg, seq_len: int, patches: int) -> int:
+    """Rounding steps on a path through the whole forward (tests/tolerance.py), summed over
+    its chained stages: the patch embedding (patch_dim terms + 4 position taps), each vision
+    block (LayerNorm, qkv (d), scores (head_dim), softmax and weighted values (patches
+    each), proj (d), LayerNorm, fc1 (d), fc2 (intermediate)), a merger (LayerNorm, 4d
+    twice), then the decoder's layers and head."""
     v = cfg.vision
-    P = batch.vision.patches.shape[1]
-    block = 5 * v.hidden_size + v.head_dim + 2 * P + v.intermediate_size + 2
-    merger = 9 * v.hidden_size
-    text = decoder_reduction(cfg.text, batch.input_ids.shape[1]) * decoder_depth(cfg.text)
-    return dict(reduction=v.patch_dim + 4 + v.depth * block + merger + text)
+    block = 5 * v.hidden_size + v.head_dim + 2 * patches + v.intermediate_size + 2
+    text = decoder_reduction(cfg.text, seq_len) * decoder_depth(cfg.text)
+    return v.patch_dim + 4 + v.depth * block + 9 * v.hidden_size + text
+
+
+def vl_forward_tol(model, batch):
+    return dict(reduction=vl_reduction(model.config, batch.input_ids.shape[1],
+                                       batch.vision.patches.shape[1]))
 
 
 def test_preprocessing_matches_transformers_pil_processor():
@@ -182,3 +186,59 @@ def test_bad_inputs_name_the_problem(tiny_vl):
     with pytest.raises(ValueError, match="uint8"):
         image_processing.preprocess_image(np.zeros((8, 8, 3), np.float32), model.config.vision)
     assert mrope.mrope_axes(model.config).tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
+
+
+SHARDED_SCRIPT = """
+import json, sys
+import jax, numpy as np
+jax.config.update("jax_default_matmul_precision", "highest")
+from flax import nnx
+from jaxtom import models, parallel
+from jaxtom.models import image_processing
+from jaxtom.models.qwen3_vl import prepare_batch
+
+path = sys.argv[1]
+one = models.from_pretrained(path)
+mesh = parallel.make_mesh(2, 2, 2)
+sharded = models.from_pretrained(path, mesh=mesh)
+rng = np.random.default_rng(0)
+shapes = [(64, 64), (64, 96), (128, 64), (96, 96)]
+images = [[image_processing.preprocess_image(rng.integers(0, 256, (*s, 3), dtype=np.uint8),
+                                             one.config.vision, min_pixels=32 * 32)]
+          for s in shapes]
+prompts = [[5, 252, 250, 253] + list(range(6, 6 + i)) for i in range(4)]
+batch = prepare_batch(one.config, prompts, images, preprocessed=True)
+
+def forward(model, mesh=None):
+    graphdef, state = nnx.split(model)
+    f = jax.jit(lambda state, *a: nnx.merge(graphdef, state)(*a, mesh=mesh))
+    ids, index = batch.input_ids, batch.image_index
+    if mesh is not None:
+        ids, index = parallel.shard_batch((ids, index), mesh)
+    return f(state, ids, batch.positions, index, batch.vision)
+
+ref = np.asarray(forward(one))
+out = forward(sharded, mesh)
+qkv = sharded.visual.blocks.qkv[...].sharding.spec
+q_proj = sharded.language_model.layers.q_proj[...].sharding.spec
+print("RESULT " + json.dumps({
+    "diff": float(np.abs(np.asarray(out) - ref).max()), "scale": float(np.abs(ref).max()),
+    "seq": int(batch.input_ids.shape[1]), "patches": int(batch.vision.patches.shape[1]),
+    "out_spec": str(out.sharding.spec), "qkv_spec": str(qkv), "q_proj_spec": str(q_proj)}))
+"""
+
+
+def test_sharded_forward_on_8_devices_equals_one_device(tiny_vl):
+    """Parameters sharded over (data 2, fsdp 2, tensor 2) of 8 simulated CPU devices and the
+    batch over data x fsdp: the same logits as on one device, to float32 rounding."""
+    from tests.simulated import run_on_devices
+
+    path, _, model = tiny_vl
+    out = run_on_devices(SHARDED_SCRIPT.replace("sys.argv[1]", repr(str(path))), 8,
+                         timeout=600)
+    assert "fsdp" in out["qkv_spec"] and "tensor" in out["qkv_spec"], out
+    assert "tensor" in out["q_proj_spec"], out
+    assert "data" in out["out_spec"], out  # logits stay sharded over the batch
+    bound = float32_tol(out["scale"], vl_reduction(model.config, out["seq"], out["patches"]))
+    print(f"sharded vs one device: max |diff| {out['diff']:.3g} <= {bound:.3g}")
+    assert out["scale"] > 1.0 and out["diff"] <= bound
