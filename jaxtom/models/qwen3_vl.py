@@ -54,14 +54,15 @@ class Qwen3VL(nnx.Module):
                                   compute_dtype=cfg.text.compute_dtype)
         self.language_model = Decoder(cfg.text, rngs=rngs)
 
-    def embed(self, input_ids, image_index, vision: VisionInputs | None):
+    def embed(self, input_ids, image_index, vision: VisionInputs | None, *,
+              remat: bool = False):
         """Input embeddings with image tokens replaced by merged vision tokens, and the
         DeepStack additions [levels, B, T, D] (zero at text positions)."""
         lm = self.language_model
         h = lm._embed(jnp.asarray(input_ids))
         if vision is None:
             return h, None
-        tokens, deep = self.visual(vision)
+        tokens, deep = self.visual(vision, remat=remat)
         D = tokens.shape[-1]
         index = jnp.asarray(image_index)
         is_image = (index >= 0)[..., None]
@@ -99,7 +100,7 @@ class Qwen3VL(nnx.Module):
             mask = mask & (segment_ids[:, None, :] == segment_ids[:, :, None])
         lm = self.language_model
         lora_scale = dict(lm.layers.lora_scale)
-        h, added = self.embed(input_ids, image_index, vision)
+        h, added = self.embed(input_ids, image_index, vision, remat=uses_remat(cfg))
         h = constrain(h, HIDDEN_AXES, mesh, rules)
 
         def block(h, p):

@@ -148,7 +148,9 @@ class VisionTower(nnx.Module):
         n_ds = len(cfg.deepstack_visual_indexes)
         self.deepstack = Stacked(merger_shapes(cfg, True), MERGER_AXES, n_ds, dt, rngs)
 
-    def __call__(self, inputs: VisionInputs):
+    def __call__(self, inputs: VisionInputs, *, remat: bool = False):
+        """`remat`: keep only each block's input for the backward pass (recompute the rest,
+        attention matrices included), as the decoder does for deep models."""
         cfg = self.config
         dt = jnp.dtype(self.compute_dtype)
         patches = jnp.asarray(inputs.patches).astype(dt)
@@ -169,10 +171,15 @@ class VisionTower(nnx.Module):
         # scan runs of blocks between DeepStack taps: compiles like one block per run
         stops = sorted(set(cfg.deepstack_visual_indexes) | {cfg.depth - 1})
         start = 0
+
+        def step(h, p):
+            return vision_block(p, h, cos, sin, valid, cfg), None
+
+        if remat:
+            step = jax.checkpoint(step, policy=jax.checkpoint_policies.nothing_saveable)
         for stop in stops:
             run = {k: v[start:stop + 1] for k, v in blocks.items()}
-            h, _ = jax.lax.scan(lambda h, p: (vision_block(p, h, cos, sin, valid, cfg), None),
-                                h, run)
+            h, _ = jax.lax.scan(step, h, run)
             if stop in ds_index:
                 i = ds_index[stop]
                 features[i] = merge({k: v[i] for k, v in deep.items()}, h, cfg, True)

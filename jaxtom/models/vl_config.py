@@ -73,6 +73,15 @@ class VisionConfig:
     def grid_side(self) -> int:
         return math.isqrt(self.num_position_embeddings)
 
+    def num_params(self) -> int:
+        """Parameter count of the tower (patch embedding, position table, blocks, mergers)."""
+        d, f, out = self.hidden_size, self.intermediate_size, self.out_hidden_size
+        d4 = d * self.merge_unit
+        block = 4 * d + 3 * d * d + 3 * d + d * d + d + 2 * d * f + f + d
+        merger = d4 * d4 + d4 + d4 * out + out
+        return (self.patch_dim * d + d + self.num_position_embeddings * d + self.depth * block
+                + merger + 2 * d + len(self.deepstack_visual_indexes) * (merger + 2 * d4))
+
 
 @dataclasses.dataclass(frozen=True)
 class VLConfig:
@@ -102,6 +111,9 @@ class VLConfig:
     @property
     def architecture(self) -> str:
         return VL_ARCHITECTURE
+
+    def num_params(self) -> int:
+        return self.text.num_params() + self.vision.num_params()
 
     def replace(self, **changes) -> "VLConfig":
         return dataclasses.replace(self, **changes)
