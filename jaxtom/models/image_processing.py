@@ -126,11 +126,13 @@ def patch_coordinates(grid: Sequence[int], merge: int) -> tuple[np.ndarray, np.n
 
 
 def vision_inputs(images: Sequence[tuple[np.ndarray, Sequence[int]]], cfg: VisionConfig,
-                  num_patches: int | None = None) -> VisionInputs:
+                  num_patches: int | None = None, num_images: int | None = None
+                  ) -> VisionInputs:
     """Packs preprocessed images (`preprocess_image` outputs) into padded `VisionInputs`.
 
-    `num_patches` (default: the largest image) is the padded patch count P; pass a bucket to
-    share one compiled program between image sizes.
+    `num_patches` (default: the largest image) is the padded patch count P and `num_images`
+    (default: as many as given) the padded image count I; pass buckets to share one compiled
+    program between image sizes and counts. Padding images have no valid patch.
     """
     if not images:
         raise ValueError("vision_inputs needs at least one image")
@@ -139,7 +141,10 @@ def vision_inputs(images: Sequence[tuple[np.ndarray, Sequence[int]]], cfg: Visio
     if P < max(counts) or P % cfg.merge_unit:
         raise ValueError(f"num_patches={P} must be >= the largest image ({max(counts)} patches) "
                          f"and a multiple of {cfg.merge_unit}")
-    n, side, m = len(images), cfg.grid_side, cfg.spatial_merge_size
+    n = len(images) if num_images is None else int(num_images)
+    if n < len(images):
+        raise ValueError(f"num_images={n} is fewer than the {len(images)} images given")
+    side, m = cfg.grid_side, cfg.spatial_merge_size
     out = VisionInputs(patches=np.zeros((n, P, cfg.patch_dim), np.float32),
                        valid=np.zeros((n, P), bool), pos_index=np.zeros((n, P, 4), np.int32),
                        pos_weight=np.zeros((n, P, 4), np.float32),

@@ -160,13 +160,13 @@ def init_qwen3_vl(cfg: VLConfig, seed: int = 0) -> Qwen3VL:
 def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
                   images: Sequence[Sequence] = (), *, pad_id: int = 0,
                   seq_len: int | None = None, num_patches: int | None = None,
-                  preprocessed: bool = False) -> VLBatch:
+                  num_images: int | None = None, preprocessed: bool = False) -> VLBatch:
     """Host preprocessing of a batch: images -> patches, placeholders expanded, positions.
 
     `prompts[b]` holds one `<|image_pad|>` per image of `images[b]` (a single pad each, as a
     chat template writes it; runs already expanded to the image's token count are accepted
     too). `images[b]` are PIL images or uint8 [H, W, 3] arrays, or (patches, grid) pairs with
-    `preprocessed=True`. `seq_len`/`num_patches` pad to fixed sizes (buckets).
+    `preprocessed=True`. `seq_len`/`num_patches`/`num_images` pad to fixed sizes (buckets).
     """
     B = len(prompts)
     images = list(images) or [[] for _ in range(B)]
@@ -190,7 +190,7 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
     T = max(map(len, rows)) if seq_len is None else int(seq_len)
     if max(map(len, rows)) > T:
         raise ValueError(f"a prompt of {max(map(len, rows))} tokens exceeds seq_len={T}")
-    vision = vision_inputs(flat, cfg.vision, num_patches) if flat else None
+    vision = vision_inputs(flat, cfg.vision, num_patches, num_images) if flat else None
     per_image = (vision.patches.shape[1] // cfg.vision.merge_unit) if flat else 0
     input_ids = np.full((B, T), pad_id, np.int32)
     positions = np.zeros((3, B, T), np.int32)

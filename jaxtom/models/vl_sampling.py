@@ -14,22 +14,47 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxtom import sampling
+from jaxtom import parallel, sampling
 from jaxtom.models.decoder import KVCache
 from jaxtom.models.qwen3_vl import Qwen3VL, prepare_batch
 
 _PREFILL: dict[Any, Any] = {}
+# traces of the VL prefill program (tests check that bucketed inputs bound recompilation)
+TRACE_COUNT = {"prefill": 0}
 
 
-def _prefill_fn(graphdef):
-    if graphdef not in _PREFILL:
+def image_buckets(images: Sequence[Sequence], cfg) -> tuple[int | None, int | None]:
+    """(patches per image, images) padded to geometric buckets (`sampling.bucket`), so that
+    prompts with varied image sizes and counts share a few compiled prefill programs."""
+    from jaxtom.models.image_processing import smart_resize
+
+    sizes, count = [], 0
+    for row in images:
+        for im in row:
+            count += 1
+            if isinstance(im, tuple):  # preprocessed (patches, grid)
+                sizes.append(int(np.prod(im[1])))
+                continue
+            h, w = np.shape(im)[:2] if hasattr(im, "shape") else im.size[::-1]  # array / PIL
+            v = cfg.vision
+            rh, rw = smart_resize(h, w, v.patch_size * v.spatial_merge_size)
+            sizes.append(rh * rw // v.patch_size ** 2)
+    if not count:
+        return None, None
+    return (sampling.bucket(max(sizes), 64, cfg.vision.merge_unit), sampling.bucket(count, 1))
+
+
+def _prefill_fn(graphdef, mesh):
+    if (graphdef, mesh) not in _PREFILL:
         def prefill(state, ids, positions, image_index, vision, cache, starts):
+            TRACE_COUNT["prefill"] += 1
             model = nnx.merge(graphdef, state)
             _, cache = model.forward_cached(ids, positions, image_index, vision, cache, starts)
             return cache
-        _PREFILL[graphdef] = jax.jit(prefill, donate_argnums=(5,))
-    return _PREFILL[graphdef]
+        _PREFILL[graphdef, mesh] = jax.jit(prefill, donate_argnums=(5,))
+    return _PREFILL[graphdef, mesh]
 
 
 def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequence = (), *,
@@ -41,8 +66,9 @@ def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequ
     """
     cfg = model.config
     lm = model.language_model
+    auto_patches, auto_images = image_buckets(images, cfg)
     batch = prepare_batch(cfg, prompts, images, pad_id=pad_id, preprocessed=preprocessed,
-                          num_patches=num_patches)
+                          num_patches=num_patches or auto_patches, num_images=auto_images)
     n = len(prompts)
     lengths = batch.lengths
     if np.any(lengths < 1):
@@ -64,13 +90,22 @@ def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequ
     pos[:, :n, :width] = positions[:, :, :width]
     index[:n, :width] = batch.image_index[:, :width]
     cache = KVCache.zeros(lm.config, B, S)
+    inputs = (ids, pos, index, batch.vision, np.zeros(B, np.int32))
     mesh = sampling.model_mesh(lm)
     if mesh is not None:
+        # placed explicitly (several processes accept no host arrays): rows over the batch
+        # axes, images replicated
         cache = jax.device_put(cache, KVCache(sampling.cache_sharding(mesh),
                                               sampling.cache_sharding(mesh)))
+        rows = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
+        mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
+        rep = NamedSharding(mesh, PartitionSpec())
+        pos3 = NamedSharding(mesh, PartitionSpec(None, parallel.BATCH_AXES, None))
+        vision = None if batch.vision is None else jax.tree.map(lambda _: rep, batch.vision)
+        inputs = jax.device_put(inputs, (mat, pos3, mat, vision, rows))
     graphdef, state = nnx.split(model)
-    cache = _prefill_fn(graphdef)(state, ids, pos, index, batch.vision, cache,
-                                  np.zeros(B, np.int32))
+    ids, pos, index, vision, starts0 = inputs
+    cache = _prefill_fn(graphdef, mesh)(state, ids, pos, index, vision, cache, starts0)
     return sampling.ResumeState(cache, starts), [[int(t)] for t in last]
 
 

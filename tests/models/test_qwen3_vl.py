@@ -231,29 +231,47 @@ def forward(model, mesh=None):
 
 ref = np.asarray(forward(one))
 out = forward(sharded, mesh)
+gen = None
+if GENERATE:
+    from jaxtom.models import vl_sampling
+    gen = [vl_sampling.generate(m, prompts, images, preprocessed=True, max_new_tokens=4,
+                                temperature=0).sequences() for m in (one, sharded)]
 qkv = sharded.visual.blocks.qkv[...].sharding.spec
 q_proj = sharded.language_model.layers.q_proj[...].sharding.spec
 print("RESULT " + json.dumps({
     "diff": float(np.abs(np.asarray(out) - ref).max()), "scale": float(np.abs(ref).max()),
     "seq": int(batch.input_ids.shape[1]), "patches": int(batch.vision.patches.shape[1]),
-    "out_spec": str(out.sharding.spec), "qkv_spec": str(qkv), "q_proj_spec": str(q_proj)}))
+    "out_spec": str(out.sharding.spec), "qkv_spec": str(qkv), "q_proj_spec": str(q_proj),
+    "generated": gen}))
 """
+
+
+def run_sharded(path, generate: bool) -> dict:
+    from tests.simulated import run_on_devices
+
+    script = SHARDED_SCRIPT.replace("sys.argv[1]", repr(str(path)))
+    return run_on_devices(script.replace("GENERATE", repr(generate)), 8, timeout=600)
 
 
 def test_sharded_forward_on_8_devices_equals_one_device(tiny_vl):
     """Parameters sharded over (data 2, fsdp 2, tensor 2) of 8 simulated CPU devices and the
     batch over data x fsdp: the same logits as on one device, to float32 rounding."""
-    from tests.simulated import run_on_devices
-
     path, _, model = tiny_vl
-    out = run_on_devices(SHARDED_SCRIPT.replace("sys.argv[1]", repr(str(path))), 8,
-                         timeout=600)
+    out = run_sharded(path, generate=False)
     assert "fsdp" in out["qkv_spec"] and "tensor" in out["qkv_spec"], out
     assert "tensor" in out["q_proj_spec"], out
     assert "data" in out["out_spec"], out  # logits stay sharded over the batch
     bound = float32_tol(out["scale"], vl_reduction(model.config, out["seq"], out["patches"]))
     print(f"sharded vs one device: max |diff| {out['diff']:.3g} <= {bound:.3g}")
     assert out["scale"] > 1.0 and out["diff"] <= bound
+
+
+@pytest.mark.slow
+def test_sharded_generation_on_8_devices_equals_one_device(tiny_vl):
+    """Greedy image+text generation (4 rows, 4 images of 3 sizes) with the model and the
+    KV cache sharded over 8 simulated devices gives the one-device tokens."""
+    one, sharded = run_sharded(tiny_vl[0], generate=True)["generated"]
+    assert [len(r) for r in one] == [4] * 4 and sharded == one
 
 
 @pytest.mark.parametrize("name", ["Qwen3-VL-4B-Instruct", "Qwen3-VL-8B-Instruct"])
@@ -338,3 +356,19 @@ def test_bfloat16_compute_stays_close(tiny_vl):
         ref = tm(**hf_inputs(batch, pre)).logits.numpy()
     assert ours.dtype == np.float32
     assert np.abs(ours - ref).max() < 0.1 * np.abs(ref).max()
+
+
+def test_image_sizes_share_bucketed_prefill_programs(tiny_vl):
+    """Images of different sizes and counts within one bucket reuse the compiled prefill."""
+    _, _, model = tiny_vl
+    vl_sampling.TRACE_COUNT["prefill"] = 0
+    outs = []
+    # 16, 24, 24 patches (4, 6, 6 tokens; the text pads the prompts to one length bucket)
+    for shapes, text in [([(64, 64)], [6, 7, 8]), ([(64, 96)], [6]), ([(96, 64)], [6])]:
+        images = random_images(*shapes, seed=5)
+        pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+               for im in images]
+        outs.append(vl_sampling.generate(model, [[5, START, IMG, END] + text], [pre],
+                                         preprocessed=True, max_new_tokens=3, temperature=0))
+    assert vl_sampling.TRACE_COUNT["prefill"] == 1
+    assert all(len(o.sequences()[0]) == 3 for o in outs)
