@@ -372,3 +372,42 @@ def test_image_sizes_share_bucketed_prefill_programs(tiny_vl):
                                          preprocessed=True, max_new_tokens=3, temperature=0))
     assert vl_sampling.TRACE_COUNT["prefill"] == 1
     assert all(len(o.sequences()[0]) == 3 for o in outs)
+
+
+def test_mixed_batch_rows_generate_as_alone(tiny_vl):
+    """A batch of a two-image row, a text-only row and a one-image row: each row's greedy
+    tokens equal transformers' generation for that row alone (rows keep their own images,
+    positions and rope deltas)."""
+    _, tm, model = tiny_vl
+    vc = model.config.vision
+    images = random_images((64, 96), (128, 64), (64, 64), seed=6)
+    pre = [image_processing.preprocess_image(im, vc, min_pixels=MIN_PIXELS) for im in images]
+    prompts = [[5, START, IMG, END, 6, START, IMG, END, 7], [8, 9, 10, 11], [START, IMG, END, 12]]
+    rows = [pre[:2], [], pre[2:]]
+    result = vl_sampling.generate(model, prompts, rows, preprocessed=True, max_new_tokens=8,
+                                  temperature=0)
+    for b, (prompt, imgs) in enumerate(zip(prompts, rows)):
+        batch = prepare_batch(model.config, [prompt], [imgs], preprocessed=True)
+        ids = torch.tensor(batch.input_ids, dtype=torch.long)
+        kwargs = hf_inputs(batch, imgs) if imgs else {"input_ids": ids}
+        with torch.no_grad():
+            out = tm.generate(**kwargs, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+        assert result.sequences()[b] == out[0, ids.shape[1]:].tolist(), b
+
+
+def test_tied_embeddings_load_and_match(tmp_path):
+    """Qwen3-VL-4B ties its LM head to the embedding (no lm_head tensor in the checkpoint)."""
+    from safetensors.numpy import load_file
+
+    tm = save_tiny_vl_hf(tmp_path / "tied", seed=1, tie_word_embeddings=True)
+    assert "lm_head.weight" not in load_file(str(tmp_path / "tied" / "model.safetensors"))
+    model = from_pretrained_vl(tmp_path / "tied")
+    assert model.config.text.tie_word_embeddings and not hasattr(model.language_model,
+                                                                  "lm_head")
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 64), seed=7)]
+    batch = prepare_batch(model.config, [[5, START, IMG, END, 6, 7]], [pre], preprocessed=True)
+    with torch.no_grad():
+        ref = tm(**hf_inputs(batch, pre)).logits.numpy()
+    ours = forward(model, batch.input_ids, batch.positions, batch.image_index, batch.vision)
+    assert_close(ours, ref, **vl_forward_tol(model, batch))
