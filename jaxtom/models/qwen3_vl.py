@@ -75,6 +75,11 @@ class Qwen3VL(nnx.Module):
         added = jnp.stack([jnp.where(is_image, gather(d), 0).astype(h.dtype) for d in deep])
         return h, added
 
+    def head_weight(self) -> tuple[jax.Array, int]:
+        """The LM head and its vocabulary axis (see `Decoder.head_weight`), for losses that
+        apply it to `return_hidden` states themselves."""
+        return self.language_model.head_weight()
+
     def _cos_sin(self, positions):
         return mrope_cos_sin(positions, rope_inv_freq(self.config.text), self.config)
 

@@ -411,3 +411,27 @@ def test_tied_embeddings_load_and_match(tmp_path):
         ref = tm(**hf_inputs(batch, pre)).logits.numpy()
     ours = forward(model, batch.input_ids, batch.positions, batch.image_index, batch.vision)
     assert_close(ours, ref, **vl_forward_tol(model, batch))
+
+
+def test_lora_on_the_text_decoder_saves_merged(tiny_vl, tmp_path):
+    """LoRA adapters go on the VL model's text decoder in place; the forward sees them and
+    saving folds them in, so the reloaded checkpoint gives the adapted logits."""
+    from flax import nnx
+
+    from jaxtom.models import add_lora
+
+    model = nnx.clone(tiny_vl[2])
+    add_lora(model.language_model, rank=2, key=jax.random.key(1))
+    b = model.language_model.layers.q_proj_lora_b
+    b[...] = 0.5 * jax.random.normal(jax.random.key(2), b[...].shape)
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 64), seed=8)]
+    batch = prepare_batch(model.config, [[5, START, IMG, END, 6, 7]], [pre], preprocessed=True)
+    args = (batch.input_ids, batch.positions, batch.image_index, batch.vision)
+    adapted, base = forward(model, *args), forward(tiny_vl[2], *args)
+    tol = vl_forward_tol(model, batch)
+    assert not is_close(adapted, base, **tol)
+    reloaded = from_pretrained_vl(save_pretrained_vl(model, tmp_path / "merged"))
+    assert_close(forward(reloaded, *args), adapted, **tol)
+    head, axis = model.head_weight()  # what the GRPO step applies to hidden states
+    assert (head.shape[axis], head.shape[1 - axis]) == (256, 64)
