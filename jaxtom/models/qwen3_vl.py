@@ -16,6 +16,7 @@ sampler puts the next token.
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple, Sequence
 
 import jax
@@ -28,7 +29,7 @@ from jaxtom.models.decoder import (
     layer_forward, rms_norm, rope_inv_freq, uses_remat,
 )
 from jaxtom.models.image_processing import (
-    VisionInputs, num_image_tokens, preprocess_image, vision_inputs,
+    VisionInputs, as_rgb_uint8, num_image_tokens, preprocess_image, vision_inputs,
 )
 from jaxtom.models.mrope import expand_image_tokens, mrope_cos_sin, rope_index
 from jaxtom.models.vision import VisionTower
@@ -172,15 +173,28 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
     chat template writes it; runs already expanded to the image's token count are accepted
     too). `images[b]` are PIL images or uint8 [H, W, 3] arrays, or (patches, grid) pairs with
     `preprocessed=True`. `seq_len`/`num_patches`/`num_images` pad to fixed sizes (buckets).
+
+    Identical images (equal pixels) are encoded once and their tokens shared: the rows of a
+    GRPO group, which repeat one prompt, cost the vision tower one image, not one per row.
     """
     B = len(prompts)
     images = list(images) or [[] for _ in range(B)]
     if len(images) != B:
         raise ValueError(f"{B} prompts but {len(images)} image lists")
-    rows, grids_per_row, flat = [], [], []
+    rows, grids_per_row, slots_per_row, flat = [], [], [], []
+    seen: dict[tuple, int] = {}
     for b, (ids, imgs) in enumerate(zip(prompts, images)):
-        pre = [im if preprocessed else preprocess_image(im, cfg.vision) for im in imgs]
-        grids = [g for _, g in pre]
+        slots, grids = [], []
+        for im in imgs:
+            pixels = im[0] if preprocessed else as_rgb_uint8(im)
+            key = (pixels.shape, tuple(im[1]) if preprocessed else None,
+                   hashlib.blake2b(np.ascontiguousarray(pixels).tobytes(),
+                                   digest_size=16).digest())
+            if key not in seen:
+                seen[key] = len(flat)
+                flat.append(im if preprocessed else preprocess_image(pixels, cfg.vision))
+            slots.append(seen[key])
+            grids.append(flat[seen[key]][1])
         ids = [int(t) for t in ids]
         n_pad = sum(t == cfg.image_token_id for t in ids)
         expected = sum(num_image_tokens(g, cfg.vision) for g in grids)
@@ -191,7 +205,7 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
                 raise ValueError(f"prompt {b}: {err}") from None
         rows.append(ids)
         grids_per_row.append(grids)
-        flat += pre
+        slots_per_row.append(slots)
     T = max(map(len, rows)) if seq_len is None else int(seq_len)
     if max(map(len, rows)) > T:
         raise ValueError(f"a prompt of {max(map(len, rows))} tokens exceeds seq_len={T}")
@@ -201,8 +215,7 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
     positions = np.zeros((3, B, T), np.int32)
     image_index = np.full((B, T), -1, np.int32)
     deltas = np.zeros(B, np.int32)
-    k = 0
-    for b, (ids, grids) in enumerate(zip(rows, grids_per_row)):
+    for b, (ids, grids, slots) in enumerate(zip(rows, grids_per_row, slots_per_row)):
         n = len(ids)
         input_ids[b, :n] = ids
         pos, deltas[b] = rope_index(ids, grids, cfg)
@@ -211,9 +224,8 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
         positions[:, b, n:] = (pos.max() + 1 if n else 0) + np.arange(T - n)
         is_img = np.flatnonzero(np.asarray(ids) == cfg.image_token_id)
         index = []
-        for g in grids:
-            index += (k * per_image + np.arange(num_image_tokens(g, cfg.vision))).tolist()
-            k += 1
+        for g, slot in zip(grids, slots):
+            index += (slot * per_image + np.arange(num_image_tokens(g, cfg.vision))).tolist()
         image_index[b, is_img] = index
     return VLBatch(input_ids, positions, image_index, vision,
                    np.asarray(list(map(len, rows)), np.int32), deltas)

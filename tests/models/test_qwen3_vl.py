@@ -435,3 +435,21 @@ def test_lora_on_the_text_decoder_saves_merged(tiny_vl, tmp_path):
     assert_close(forward(reloaded, *args), adapted, **tol)
     head, axis = model.head_weight()  # what the GRPO step applies to hidden states
     assert (head.shape[axis], head.shape[1 - axis]) == (256, 64)
+
+
+def test_identical_images_are_encoded_once(tiny_vl):
+    """A GRPO group repeats one prompt: its image goes through the tower once, and every
+    row's logits are those of the row alone."""
+    _, _, model = tiny_vl
+    image, other = random_images((64, 96), (64, 64), seed=9)
+    prompts = [[5, START, IMG, END, 6], [5, START, IMG, END, 6], [7, START, IMG, END, 8]]
+    batch = prepare_batch(model.config, prompts, [[image], [image.copy()], [other]])
+    assert batch.vision.patches.shape[0] == 2  # two distinct images
+    assert (batch.image_index[0] == batch.image_index[1]).all()
+    logits = forward(model, batch.input_ids, batch.positions, batch.image_index, batch.vision)
+    alone = prepare_batch(model.config, prompts[2:], [[other]],
+                          num_patches=batch.vision.patches.shape[1])
+    seq = alone.input_ids.shape[1]
+    ref = forward(model, alone.input_ids, alone.positions, alone.image_index, alone.vision)
+    np.testing.assert_array_equal(logits[0], logits[1])
+    assert_close(logits[2, :seq], ref[0], **vl_forward_tol(model, batch))
