@@ -2,7 +2,8 @@
 
 Images fill the prompt's `<|image_pad|>` placeholders in order; a prompt without any gets one
 `<|vision_start|><|image_pad|><|vision_end|>` per image in front of its text, where Qwen3-VL's
-chat template puts the images of a user turn (`--chat` then wraps it as that turn).
+chat template puts the images of a user turn (`--chat` then wraps it as that turn); see
+`vl_prompts`.
 """
 
 from __future__ import annotations
@@ -12,19 +13,6 @@ import json
 import math
 import time
 from pathlib import Path
-
-IMAGE_PAD, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
-
-
-def image_prompt_text(text: str, n_images: int) -> str:
-    """The prompt text with its images' placeholders (prefixed when it has none)."""
-    n = text.count(IMAGE_PAD)
-    if n == 0:
-        return f"{VISION_START}{IMAGE_PAD}{VISION_END}" * n_images + text
-    if n != n_images:
-        raise SystemExit(f"the prompt has {n} {IMAGE_PAD} placeholders but {n_images} "
-                         "--image files were given")
-    return text
 
 
 def load_images(paths) -> list:
@@ -47,6 +35,7 @@ def run_vl(args: argparse.Namespace, model, tokenizer) -> int:
     from jaxtom import flops
     from jaxtom.models import vl_sampling
     from jaxtom.models.image_processing import smart_resize
+    from jaxtom.models.vl_prompts import encode_image_prompt
 
     cfg = model.config
     images = load_images(args.image or [])
@@ -56,14 +45,12 @@ def run_vl(args: argparse.Namespace, model, tokenizer) -> int:
         if tokenizer is None:
             raise SystemExit(f"no tokenizer found next to {args.model}; pass --tokenizer or "
                              "--ids")
-        text = image_prompt_text(args.prompt, len(images))
-        if args.chat:
-            options = {"enable_thinking": False} if args.no_think else {}
-            text = tokenizer.apply_chat_template([{"role": "user", "content": text}], **options)
-        prompt = tokenizer.encode(text)
-        if sum(t == cfg.image_token_id for t in prompt) != len(images):
-            raise SystemExit(f"the tokenizer did not map {IMAGE_PAD} to the model's image "
-                             f"token id {cfg.image_token_id}")
+        options = {"enable_thinking": False} if args.no_think else {}
+        try:
+            prompt = encode_image_prompt(tokenizer, args.prompt, len(images),
+                                         cfg.image_token_id, chat=args.chat, **options)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
     stop = list(args.stop) + (list(tokenizer.eos_token_ids) if tokenizer else [])
     start = time.perf_counter()
     try:

@@ -82,7 +82,7 @@ def test_image_count_errors(vl_dir, tiny_checkpoints):
     path, _ = vl_dir
     args = _parser().parse_args(["generate", str(path), "--image", str(path / "grid.png"),
                                  "--prompt", "<|image_pad|> a <|image_pad|>", "--json"])
-    with pytest.raises(SystemExit, match="2 <\\|image_pad\\|> placeholders but 1 --image"):
+    with pytest.raises(SystemExit, match="2 <\\|image_pad\\|> placeholders but 1 images"):
         args.func(args)
     text_dir = tiny_checkpoints["qwen3-gqa"][0]
     args = _parser().parse_args(["generate", str(text_dir), "--image", str(path / "grid.png"),
