@@ -140,13 +140,19 @@ def load_vl_state(cfg: VLConfig, source, mesh: Mesh | None = None) -> Qwen3VL:
     v = cfg.vision
 
     def vision_reader(param):
+        """Reads only the block of one device's shard (memory-mapped views until sliced)."""
         names = vision_tensor_names(param, v.depth, len(v.deepstack_visual_indexes))
         stacked = param.split(".")[0] in ("blocks", "deepstack")
 
+        def one(name, index):
+            return np.asarray(to_ours(param, source.read(name))[tuple(index)],
+                              np.float32).astype(dtype)
+
         def read(index):
-            blocks = [to_ours(param, np.asarray(source.read(n), np.float32)) for n in names]
-            full = np.stack(blocks) if stacked else blocks[0]
-            return np.ascontiguousarray(full[index]).astype(dtype)
+            if not stacked:
+                return one(names[0], index)
+            return np.stack([one(names[i], index[1:])
+                             for i in range(*index[0].indices(len(names)))])
         return read
 
     def place(path, var):
