@@ -47,7 +47,7 @@ class VLBatch(NamedTuple):
 
 
 class Qwen3VL(nnx.Module):
-    """`model(input_ids, positions, image_index, vision)` -> float32 logits [B, T, vocab]."""
+    """`model(input_ids, positions, image_index=..., vision=...)` -> logits [B, T, vocab]."""
 
     def __init__(self, cfg: VLConfig, *, rngs: nnx.Rngs):
         self.config = cfg
@@ -84,20 +84,31 @@ class Qwen3VL(nnx.Module):
     def _cos_sin(self, positions):
         return mrope_cos_sin(positions, rope_inv_freq(self.config.text), self.config)
 
-    def __call__(self, input_ids, positions, image_index=None, vision: VisionInputs | None = None,
-                 segment_ids=None, *, mesh=None, rules: dict | None = None,
+    def __call__(self, input_ids, positions=None, segment_ids=None, *, image_index=None,
+                 vision: VisionInputs | None = None, mesh=None, rules: dict | None = None,
                  return_hidden: bool = False) -> jax.Array:
         """Full causal forward (training, scoring): logits [B, T, vocab] (or the final normed
-        hidden states with `return_hidden`). `positions` [3, B, T] come from `rope_index`;
-        attention is causal in sequence order, as in transformers."""
+        hidden states with `return_hidden`), called like `Decoder.__call__`.
+
+        `positions` are [3, B, T] M-RoPE positions from `prepare_batch` (`rope_index`), or
+        [B, T] text positions (all three axes equal: plain RoPE, so a text-only batch runs
+        as it would through a Qwen3 decoder). `image_index` and `vision` (from
+        `prepare_batch`) put the images in. Attention is causal in sequence order (and
+        within `segment_ids`), as in transformers.
+        """
         cfg = self.config.text
         input_ids = jnp.asarray(input_ids)
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
         B, T = input_ids.shape
-        if tuple(np.shape(positions)) != (3, B, T):
-            raise ValueError(f"positions must be [3, {B}, {T}] (T/H/W axes), got "
-                             f"{tuple(np.shape(positions))}")
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(T), (B, T))
+        positions = jnp.asarray(positions)
+        if positions.shape == (B, T):
+            positions = jnp.broadcast_to(positions[None], (3, B, T))
+        if positions.shape != (3, B, T):
+            raise ValueError(f"positions must be [3, {B}, {T}] (T/H/W axes) or [{B}, {T}], "
+                             f"got {positions.shape}")
         if vision is not None and image_index is None:
             raise ValueError("vision inputs need image_index (see prepare_batch)")
         cos, sin = self._cos_sin(positions)

@@ -44,7 +44,8 @@ def forward(model, *args):
 
     graphdef, state = nnx.split(model)
     if graphdef not in _FORWARDS:
-        _FORWARDS[graphdef] = jax.jit(lambda state, *a: nnx.merge(graphdef, state)(*a))
+        _FORWARDS[graphdef] = jax.jit(lambda state, ids, pos, index, vision: nnx.merge(
+            graphdef, state)(ids, pos, image_index=index, vision=vision))
     return np.asarray(_FORWARDS[graphdef](state, *args))
 
 
@@ -223,7 +224,8 @@ batch = prepare_batch(one.config, prompts, images, preprocessed=True)
 
 def forward(model, mesh=None):
     graphdef, state = nnx.split(model)
-    f = jax.jit(lambda state, *a: nnx.merge(graphdef, state)(*a, mesh=mesh))
+    f = jax.jit(lambda state, ids, pos, index, vision: nnx.merge(graphdef, state)(
+        ids, pos, image_index=index, vision=vision, mesh=mesh))
     ids, index = batch.input_ids, batch.image_index
     if mesh is not None:
         ids, index = parallel.shard_batch((ids, index), mesh)
@@ -313,7 +315,8 @@ def vl_grads(model, remat: str):
 
     def loss(state):
         logits = nnx.merge(graphdef, state)(batch.input_ids, batch.positions,
-                                            batch.image_index, batch.vision)
+                                            image_index=batch.image_index,
+                                            vision=batch.vision)
         logp = jax.nn.log_softmax(logits)
         return -jnp.take_along_axis(logp, targets[..., None], -1).mean()
 
@@ -453,3 +456,24 @@ def test_identical_images_are_encoded_once(tiny_vl):
     ref = forward(model, alone.input_ids, alone.positions, alone.image_index, alone.vision)
     np.testing.assert_array_equal(logits[0], logits[1])
     assert_close(logits[2, :seq], ref[0], **vl_forward_tol(model, batch))
+
+
+def test_text_only_batch_runs_like_a_decoder(tiny_vl):
+    """Called like `Decoder` (ids, [B, T] positions, segment ids): a text-only batch gives
+    transformers' text-only logits, and packed segments do not see each other."""
+    _, tm, model = tiny_vl
+    ids = np.random.default_rng(10).integers(0, 240, (2, 12))
+    with torch.no_grad():
+        ref = tm(input_ids=torch.tensor(ids)).logits.numpy()
+    ours = np.asarray(jax.jit(lambda ids: model(ids))(ids))
+    tol = dict(reduction=decoder_reduction(model.config.text, 12),
+               depth=decoder_depth(model.config.text))
+    assert_close(ours, ref, **tol)
+    # two sequences packed in one row: the second (positions restarting at 0) = alone
+    packed = np.concatenate([ids[0, :5], ids[1, :7]])[None]
+    positions = np.concatenate([np.arange(5), np.arange(7)])[None]
+    segments = np.asarray([[0] * 5 + [1] * 7])
+    out = np.asarray(jax.jit(lambda i, p, s: model(i, p, s))(packed, positions, segments))
+    with torch.no_grad():
+        alone = tm(input_ids=torch.tensor(ids[1:, :7])).logits.numpy()
+    assert_close(out[:, 5:], alone, **tol)
