@@ -76,6 +76,24 @@ def build_task(config):
     return getattr(importlib.import_module(module), attr)(config)
 
 
+def mindzero_train_fn(config):
+    """MindZero's trainer for the config's task: goal particles or question answering."""
+    if config.mindzero.data.task == "qa":
+        from jaxtom.mindzero.qa_train import train as train_qa
+        return train_qa
+    from jaxtom.mindzero.trainer import train as train_mindzero
+    return train_mindzero
+
+
+def mindzero_evaluate(config, checkpoint, test=None):
+    """Evaluate a MindZero checkpoint: the QA table (Table 4a) or the goal-inference one."""
+    if config.mindzero.data.task == "qa":
+        from jaxtom.mindzero.qa_eval import evaluate_qa_run
+        return evaluate_qa_run(config, checkpoint, test=test)
+    from jaxtom.mindzero.run import evaluate_run
+    return evaluate_run(config, checkpoint, test=test)
+
+
 def train(config, progress: bool = True) -> dict:
     """Trains any config to its last step (resuming from its workdir); a JSON-able summary."""
     import dataclasses
@@ -83,8 +101,7 @@ def train(config, progress: bool = True) -> dict:
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, progress=config.trainer.progress and progress))
     if config.kind == "mindzero":
-        from jaxtom.mindzero.trainer import train as train_mindzero
-        out = train_mindzero(config, progress=config.trainer.progress)
+        out = mindzero_train_fn(config)(config, progress=config.trainer.progress)
         return {"step": int(out["state"].step), "workdir": out["run_dir"]}
     mesh = make_mesh(config)
     if config.kind == "ctom":
@@ -102,13 +119,12 @@ def train(config, progress: bool = True) -> dict:
 
 def evaluate(config, config_path: str, overrides, checkpoint: str | None = None) -> int:
     if config.kind == "mindzero":
-        from jaxtom.mindzero.run import evaluate_run
         ckpt = Path(checkpoint or Path(config.trainer.workdir) / "checkpoint")
         if not ckpt.exists():
             print(f"no checkpoint at {ckpt}; train first (jaxtom train {config_path}) or pass "
                   "--checkpoint DIR", file=sys.stderr)
             return 2
-        evaluate_run(config, ckpt)
+        mindzero_evaluate(config, ckpt)
         return 0
     if checkpoint:
         print("--checkpoint is for MindZero configs; a CToM config evaluates the latest "
@@ -154,15 +170,13 @@ def _mindzero_cmd(args, config) -> int:
         return 2
     if args.action == "eval":
         return evaluate(config, args.config, args.overrides, args.checkpoint)
-    from jaxtom.mindzero.trainer import train as train_mindzero
-    out = train_mindzero(config, progress=not args.quiet and config.trainer.progress)
+    out = mindzero_train_fn(config)(config, progress=not args.quiet and config.trainer.progress)
     t = out["timings"]
     print(f"trained in {t['total_s']:.0f} s (setup {t['setup_s']:.0f} s, warm-up "
           f"{t['warmup_s']:.0f} s, SSRL {t['ssrl_s']:.0f} s / {t['ssrl_steps']} steps); "
           f"run dir {out['run_dir']}")
     if args.action == "run":
-        from jaxtom.mindzero.run import evaluate_run
-        results = evaluate_run(config, Path(out["run_dir"]) / "checkpoint", test=out["test"])
+        results = mindzero_evaluate(config, Path(out["run_dir"]) / "checkpoint", test=out["test"])
         print(f"evaluated in {results['eval_s']:.0f} s")
     return 0
 

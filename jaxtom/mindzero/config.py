@@ -27,6 +27,9 @@ class DataSpec:
     observation: str = "figure"  # figure | compact
     num_particles: int = 2
     stride: int = 1  # every stride-th timestep of an episode
+    task: str = "goals"  # goals: goal particles (assistance); qa: binary-choice questions
+    # (section 5.1; jaxtom.mindzero.qa), where train/eval_episodes count QA episodes (3 each)
+    qa_mirror: bool = False  # QA SSRL also asks each question with its options swapped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,7 @@ class MindZeroSection:
 
         check(d.observation in ("figure", "compact"), "data.observation",
               "'figure' or 'compact'", d.observation)
+        check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
         check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
         check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",
               d.label_set)

@@ -95,3 +95,64 @@ def smollm2_config() -> Config:
             reward=RewardConfig(),
             eval=EvalSpec(episodes=20, assistance=False)),
     )
+
+
+# --- question answering (section 5.1; `mindzero.data.task="qa"`, jaxtom.mindzero.qa) ---------
+# 800 episodes x 3 questions / rollout batch 32 x 20 epochs (the public code's gw_tom.yaml)
+QA_PAPER_STEPS = 800 * 3 // 32 * 20
+
+
+def qa_paper_config(name: str, model_dir: str, family: str) -> Config:
+    """The paper's QA run (public `configs/gw_tom.yaml`) for the text-only checkpoint at
+    $JAXTOM_MODELS/`model_dir`: Figure 6's question with the Figure 11 transcript, answers of
+    at most 5 tokens, 16 answers per question, rollout batch 32 with one optimizer update per
+    rollout, lr 1e-6, KL 1e-2 (k3), 20 epochs over 800 training episodes (2,400 questions),
+    100 held-out episodes with held-out labels and layouts (appendix B.2)."""
+    root = os.environ.get("JAXTOM_MODELS", "/models")
+    return Config(
+        model=ModelSection(path=os.path.join(root, model_dir), family=family,
+                           param_dtype="float32", compute_dtype="bfloat16"),
+        step=StepConfig(learning_rate=1e-6, weight_decay=1e-2, max_grad_norm=1.0, kl_coef=1e-2,
+                        total_steps=QA_PAPER_STEPS, end_lr_ratio=1.0, micro_batches=8,
+                        ppo_mini_batches=1),
+        trainer=TrainerConfig(workdir=f"runs/{name}", total_steps=QA_PAPER_STEPS,
+                              prompts_per_step=32, group_size=16, temperature=1.0,
+                              max_new_tokens=5, row_len=2048, rollout_rows=128,
+                              checkpoint_every=100, eval_every=100),
+        mesh=MeshSection(data=1, fsdp=8, tensor=1),
+        mindzero=MindZeroSection(
+            data=DataSpec(max_steps=50, train_episodes=800, eval_episodes=100, split="labels",
+                          observation="figure", task="qa"),
+            warmup=WarmupSpec(steps=0),
+            reward=RewardConfig(),
+            eval=EvalSpec(assistance=False)),
+    )
+
+
+def qa_tiny_config() -> Config:
+    """The CPU QA default: the goal path's tiny decoder from scratch over a BPE trained on its
+    own compact questions (`jaxtom.mindzero.qa.compact_question`), the Figure 7 label set, a
+    format warm-up on uniformly random letters (the starting model answers at chance), then
+    SSRL on the QA reward; evaluation on 100 held-out episodes (300 questions).
+
+    The answer is one token (the letter; `trainer.max_new_tokens=1`), and each question is
+    also asked with its options swapped (`data.qa_mirror`): without the mirror, seed 0 drifted
+    to answering one letter everywhere within 75-250 steps (at lr 3e-4 and 1e-3), and with a
+    letter-plus-eos answer lr 1e-3 broke the format in 10 steps (benchmarks/README.md)."""
+    return Config(
+        model=ModelSection(path="", family="qwen3", vocab_size=384, hidden_size=96,
+                           intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
+                           head_dim=24),
+        step=StepConfig(learning_rate=1e-3, warmup_steps=10, weight_decay=0.0, kl_coef=0.0,
+                        max_grad_norm=1.0, total_steps=200, end_lr_ratio=1.0),
+        trainer=TrainerConfig(workdir="runs/mindzero_qa_tiny", total_steps=200,
+                              prompts_per_step=8, group_size=8, temperature=1.0,
+                              max_new_tokens=1, row_len=64, eval_every=25, checkpoint_every=50),
+        mindzero=MindZeroSection(
+            data=DataSpec(max_steps=50, train_episodes=200, eval_episodes=100, split="episodes",
+                          label_set="figure7", observation="compact", task="qa",
+                          qa_mirror=True),
+            warmup=WarmupSpec(steps=100, batch_size=32, learning_rate=3e-3),
+            reward=RewardConfig(),
+            eval=EvalSpec(assistance=False)),
+    )

@@ -27,7 +27,7 @@ NAMES = [Path(p).stem for p in CONFIGS]
 
 
 def test_configs_are_found():
-    assert len(CONFIGS) >= 13 and "toy_cpu" in NAMES
+    assert len(CONFIGS) >= 16 and "toy_cpu" in NAMES and "mindzero_qa_tiny" in NAMES
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=NAMES)
@@ -53,13 +53,14 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
     name = Path(path).stem
     if name == "toy_cpu":
         return out
-    if name != "mindzero_gridworld_tiny":
+    tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny")  # own BPE + random init
+    if not tiny:
         out.append(f"model.path={standin}")
     if name.startswith("mindzero"):
         out += ["mindzero.data.train_episodes=4", "mindzero.data.eval_episodes=2",
                 "mindzero.warmup.batch_size=4", "trainer.prompts_per_step=2",
                 "trainer.group_size=4", "trainer.max_new_tokens=12", "trainer.eval_every=2"]
-        if name == "mindzero_gridworld_tiny":
+        if tiny:
             out += ["mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0",
                     "model.vocab_size=320"]
         return out

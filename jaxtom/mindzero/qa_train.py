@@ -1,0 +1,155 @@
+"""Training a MindZero QA model (`mindzero.data.task="qa"`) on the one trainer.
+
+Data (appendix B.2): `data.train_episodes` training episodes that each carry questions of
+types 1-3 (`gridworld.qa_episodes`) and `data.eval_episodes` held-out ones (no training wall
+layout; with `data.split="labels"` the paper's held-out labels too), each set from its own
+key. Phases, each checkpointed under the run directory and resumable like the goal
+path (`mindzero.trainer`): an optional format warm-up on uniformly random letters
+(`warmup/`), then SSRL on the QA reward (`ssrl/`, final parameters in `checkpoint/`). The
+tiny CPU model gets a BPE trained on the run's own prompts (`tokenizer.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtom.gridworld import qa_episodes
+from jaxtom.gridworld.episodes import layout_keys
+from jaxtom.mindzero import trainer as mz
+from jaxtom.mindzero.observation import HostEpisodes
+from jaxtom.mindzero.policy import train_bpe
+from jaxtom.mindzero.qa import (
+    COMPACT_QA_WORDS, QAPrompts, QARollout, QAWarmupRollout, parse_answer, question_tasks,
+    render_question,
+)
+from jaxtom.mindzero.reward import cumulative_log_likelihoods
+from jaxtom.rl.trainer import Trainer
+
+_TRAIN_KEY, _TEST_KEY = 0x51A0, 0x51A1  # folded into the run's seed
+
+
+@dataclasses.dataclass
+class QASet:
+    """Episodes with their questions (three per episode) and host copies for prompts."""
+    episodes: object
+    questions: list
+    view: HostEpisodes
+
+    @classmethod
+    def make(cls, episodes, questions) -> "QASet":
+        return cls(episodes, list(questions), HostEpisodes.from_episodes(episodes))
+
+
+def qa_data(config) -> tuple[QASet, QASet]:
+    """(train, held-out) QA sets of the run, deterministic in `trainer.seed`."""
+    d, seed = config.mindzero.data, config.trainer.seed
+    root = jax.random.key(seed)
+    train = qa_episodes(jax.random.fold_in(root, _TRAIN_KEY), mz.episode_params(config, "train"),
+                        d.train_episodes, batch_size=512, seed=seed)
+    test = qa_episodes(jax.random.fold_in(root, _TEST_KEY), mz.episode_params(config, "test"),
+                       d.eval_episodes, batch_size=512, seed=seed + 1000,
+                       exclude_layouts=layout_keys(train[0]))
+    return QASet.make(*train), QASet.make(*test)
+
+
+def likelihood_table(qa: QASet, config) -> np.ndarray:
+    """[E, T + 1, G] cumulative planner log-likelihoods of the set's episodes."""
+    trajectories = jax.tree.map(jnp.asarray, qa.episodes.trajectories)
+    return np.asarray(cumulative_log_likelihoods(trajectories, mz.env_params(config)))
+
+
+def build_model(config, run_dir: Path, sets=()):
+    """(model, codec): the config's checkpoint, or the tiny decoder over a BPE trained on the
+    sets' prompts and both answers (written to RUN_DIR/tokenizer.json once)."""
+    path = Path(run_dir) / "tokenizer.json"
+    if not config.model.path and not path.exists():
+        texts = [render_question(config.mindzero.data.observation, s.view, q)
+                 for s in sets for q in s.questions] + ["a", "b"] * 50
+        tok = train_bpe(texts, config.model.vocab_size)
+        tok.backend.add_tokens(list(COMPACT_QA_WORDS))
+        if jax.process_index() == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tok.backend.save(str(path) + ".tmp")
+            Path(str(path) + ".tmp").replace(path)
+    return mz.build_model(config, Path(run_dir), tokenizer_path=path if not config.model.path
+                          else None)
+
+
+def row_len(config, prompts: QAPrompts, completion: int, quantum: int = 16) -> int:
+    longest = max(len(prompts(i)) for i in range(len(prompts.questions)))
+    return int(np.ceil((longest + completion + 1) / quantum) * quantum)
+
+
+def answer_monitor(config, codec, qa: QASet, num_questions: int = 128):
+    """An eval hook: greedy answers to a fixed sample of held-out questions; accuracy, the
+    share parsed and of `a`, and how many distinct answers (1 = the answer ignores the
+    question). Labels are read here only, for logging."""
+    from jaxtom.rl.distributed import local_replica
+    from jaxtom.sampling import generate
+    prompts = QAPrompts(config.mindzero.data.observation, codec, qa.view, qa.questions)
+    pick = np.sort(np.random.default_rng(config.trainer.seed + 11).choice(
+        len(qa.questions), min(num_questions, len(qa.questions)), replace=False))
+    ids = [prompts(int(i)) for i in pick]
+    answer = np.array([qa.questions[i].answer for i in pick])
+
+    def score(step, model) -> dict:
+        out = generate(local_replica(model), ids, max_new_tokens=config.trainer.max_new_tokens,
+                       temperature=0.0, stop=list(codec.eos_ids), pad_id=codec.pad_id)
+        texts = [codec.decode(s) for s in out.sequences()]
+        choice = np.array([parse_answer(x, prompts.labels(int(i))) for x, i in zip(texts, pick)])
+        return {"accuracy": float(np.mean(choice == answer)), "valid": float(np.mean(choice >= 0)),
+                "answer_a": float(np.mean(choice == 0)), "distinct_answers": float(len(set(texts)))}
+    return score
+
+
+def train(config, progress: bool = True) -> dict:
+    """Data, tokenizer, model, warm-up, SSRL; returns paths, timings and the held-out set.
+    Rerunning it on a run directory resumes (a finished phase is not repeated)."""
+    run_dir = Path(config.trainer.workdir)
+    t0 = time.perf_counter()
+    if jax.process_index() == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+    train_set, test_set = qa_data(config)
+    model, codec = build_model(config, run_dir, (train_set, test_set))
+    observation, mzc = config.mindzero.data.observation, config.mindzero
+    prompts = QAPrompts(observation, codec, train_set.view, train_set.questions)
+    rollout = QARollout(config.trainer, mzc.reward, codec, prompts,  # (adds mirrored prompts)
+                        likelihood_table(train_set, config), mirror=mzc.data.qa_mirror)
+    completion = max(config.trainer.max_new_tokens, 2)
+    config = dataclasses.replace(config, trainer=dataclasses.replace(
+        config.trainer, row_len=row_len(config, prompts, completion), pad_id=codec.pad_id,
+        progress=progress and config.trainer.progress))
+    mesh = mz.make_mesh(config)
+    tasks = question_tasks(train_set.questions)
+    timings = {"setup_s": time.perf_counter() - t0}
+    t1 = time.perf_counter()
+    if mzc.warmup.steps:
+        warm = Trainer(model, tasks, QAWarmupRollout(codec, prompts, config.trainer.seed),
+                       mz.warmup_step_config(config), mz.warmup_trainer_config(config),
+                       mesh=mesh, desc="warm-up")
+        model = warm.learner.model(warm.run())
+        mz.save_model(model, run_dir / "warmup")
+    timings["warmup_s"] = time.perf_counter() - t1
+    monitor = answer_monitor(config, codec, test_set)
+    if config.trainer.eval_every:
+        timings["start_monitor"] = monitor(0, model)
+    t2 = time.perf_counter()
+    ssrl = Trainer(model, tasks, rollout, config.step,
+                   dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")), mesh=mesh,
+                   eval_hooks=[monitor] if config.trainer.eval_every else [], desc="ssrl")
+    state = ssrl.run()
+    timings["ssrl_s"] = time.perf_counter() - t2
+    timings["ssrl_steps"] = int(state.step)
+    mz.save_model(ssrl.learner.model(state), run_dir / "checkpoint")
+    timings["total_s"] = time.perf_counter() - t0
+    if jax.process_index() == 0:
+        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    return {"run_dir": str(run_dir), "timings": timings, "test": test_set, "state": state}
