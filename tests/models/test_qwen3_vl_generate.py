@@ -232,3 +232,28 @@ def test_identical_images_are_encoded_once(tiny_vl):
     ref = forward(model, alone.input_ids, alone.positions, alone.image_index, alone.vision)
     np.testing.assert_array_equal(logits[0], logits[1])
     assert_close(logits[2, :seq], ref[0], **vl_forward_tol(model, batch))
+
+
+def test_sampler_logprobs_equal_the_training_forward(tiny_vl):
+    """GRPO's first importance ratio is 1 only if the sampler (prompt cached at positions
+    shifted by the rope delta) and the training forward (prompt + completion, unshifted
+    M-RoPE positions) give the same log-probabilities to the sampled tokens."""
+    _, _, model = tiny_vl
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 96), (128, 64), seed=11)]
+    prompt = [5, START, IMG, END, 6, START, IMG, END, 7]
+    # greedy (logprobs are still at temperature 1): shares the programs of the greedy test
+    result = vl_sampling.generate(model, [prompt], [pre], preprocessed=True, max_new_tokens=8,
+                                  temperature=0)
+    completion = result.sequences()[0]
+    batch = prepare_batch(model.config, [prompt + completion], [pre], preprocessed=True)
+    assert batch.rope_deltas[0] < 0  # the shift is real
+    logits = forward(model, batch.input_ids, batch.positions, batch.image_index, batch.vision)
+    logp = jax.nn.log_softmax(logits[0])
+    n = len(completion)
+    start = batch.lengths[0] - n - 1  # the position predicting the first completion token
+    ours = np.asarray(logp)[np.arange(start, start + n), completion]
+    tol = vl_forward_tol(model, batch)
+    # log-softmax adds a sum over the vocabulary; scale: the logits' magnitude
+    assert_close(result.logprobs[0][:n], ours, reduction=tol["reduction"] + 256,
+                 scale=np.abs(logits).max())
