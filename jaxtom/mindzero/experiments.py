@@ -135,17 +135,21 @@ def qa_tiny_config() -> Config:
     format warm-up on uniformly random letters (the starting model answers at chance), then
     SSRL on the QA reward; evaluation on 100 held-out episodes (300 questions).
 
-    The answer is one token (the letter; `trainer.max_new_tokens=1`), and each question is
-    also asked with its options swapped (`data.qa_mirror`): without the mirror, seed 0 drifted
-    to answering one letter everywhere within 75-250 steps (at lr 3e-4 and 1e-3), and with a
-    letter-plus-eos answer lr 1e-3 broke the format in 10 steps (benchmarks/README.md)."""
+    The answer is one token (the letter; `trainer.max_new_tokens=1`); each question is also
+    asked with its options swapped (`data.qa_mirror`); a KL of 0.05 to the starting model and
+    lr 3e-4 decaying to 3e-5. Measured on seeds 0-1 (benchmarks/README.md): without the mirror
+    the policy drifted to one letter for every question within 75-250 steps and stayed there
+    (a group whose samples all agree has zero advantage); with it but no KL at lr 1e-3, seed 1
+    still collapsed to one letter and never recovered; KL 0.1 at lr 1e-3 recovered but
+    collapsed again at step 200; with a letter-plus-eos answer lr 1e-3 broke the format in 10
+    steps."""
     return Config(
         model=ModelSection(path="", family="qwen3", vocab_size=384, hidden_size=96,
                            intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
                            head_dim=24),
-        step=StepConfig(learning_rate=1e-3, warmup_steps=10, weight_decay=0.0, kl_coef=0.0,
-                        max_grad_norm=1.0, total_steps=200, end_lr_ratio=1.0),
-        trainer=TrainerConfig(workdir="runs/mindzero_qa_tiny", total_steps=200,
+        step=StepConfig(learning_rate=3e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,
+                        max_grad_norm=1.0, total_steps=300, end_lr_ratio=0.1),
+        trainer=TrainerConfig(workdir="runs/mindzero_qa_tiny", total_steps=300,
                               prompts_per_step=8, group_size=8, temperature=1.0,
                               max_new_tokens=1, row_len=64, eval_every=25, checkpoint_every=50),
         mindzero=MindZeroSection(
