@@ -24,7 +24,9 @@ class DataSpec:
     split: str = "labels"  # labels: held-out labels + layouts (paper); episodes: new episodes
     label_set: str = "all"  # all: random labels per episode; figure7: always the 8 colored
     # squares of Figure 7 (same words every episode), for models trained from scratch
-    observation: str = "figure"  # figure | compact
+    observation: str = "figure"  # figure | compact | image (Figure 7 + the rendered grid:
+    # a Qwen3-VL policy, jaxtom.mindzero.vl_train)
+    image_cell_size: int = 50  # px per grid cell of the image observation (paper: 50)
     num_particles: int = 2
     stride: int = 1  # every stride-th timestep of an episode
     task: str = "goals"  # goals: goal particles (assistance); qa: binary-choice questions
@@ -75,9 +77,14 @@ class MindZeroSection:
             if not ok:
                 raise ConfigError(f"mindzero.{field}", expected, got)
 
-        check(d.observation in ("figure", "compact"), "data.observation",
-              "'figure' or 'compact'", d.observation)
+        check(d.observation in ("figure", "compact", "image"), "data.observation",
+              "'figure', 'compact' or 'image'", d.observation)
+        check(d.image_cell_size >= 1, "data.image_cell_size", "a positive int",
+              d.image_cell_size)
         check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
+        check(not (d.observation == "image" and d.task == "qa"), "data.observation",
+              "'figure' or 'compact' for data.task='qa' (image QA is not built yet)",
+              d.observation)
         check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
         check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",
               d.label_set)

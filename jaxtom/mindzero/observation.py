@@ -126,6 +126,9 @@ OBSERVATIONS: dict[str, Callable[..., str]] = {"compact": compact_observation,
 
 
 def get_observation(name: str) -> Callable[..., str]:
+    if name == "image":  # the text of the image observation (jaxtom.mindzero.image_observation)
+        from jaxtom.mindzero.image_observation import image_observation
+        return image_observation
     if name not in OBSERVATIONS:
         raise ValueError(f"unknown observation {name!r}; expected one of {sorted(OBSERVATIONS)}")
     return OBSERVATIONS[name]

@@ -215,11 +215,7 @@ class ParticleRollout:
                    for task in tasks for _ in range(G)]
         episode = np.repeat([int(task["episode"]) for task in tasks], G)
         t = np.repeat([int(task["t"]) for task in tasks], G)
-        completions = generate_rows(model, prompts, sample_rows(tasks, G), key=key,
-                                    max_new_tokens=c.max_new_tokens,
-                                    temperature=c.temperature, top_p=c.top_p,
-                                    stop=list(self.codec.eos_ids), pad_id=self.codec.pad_id,
-                                    rows_per_call=c.rollout_rows)
+        completions = self.generate(model, prompts, tasks, key)
         texts = [self.codec.decode(s) for s in completions]
         parsed = [parse_particles(x, self.view.labels[e], mode="train", num_particles=n,
                                   duplicates=self.config.mindzero.reward.duplicates)
@@ -246,6 +242,14 @@ class ParticleRollout:
                            # groups whose samples all scored the same teach nothing (collapse)
                            "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G),
                                                                axis=1) == 0))})
+
+    def generate(self, model, prompts, tasks, key) -> list[list[int]]:
+        """Sampled completions of `prompts` (`group_size` rows per task, in task order)."""
+        c = self.config.trainer
+        return generate_rows(model, prompts, sample_rows(tasks, c.group_size), key=key,
+                             max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+                             top_p=c.top_p, stop=list(self.codec.eos_ids),
+                             pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
 
 
 def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 128):
@@ -304,7 +308,11 @@ def check_warmup(scores: dict, min_distinct: int) -> dict:
 
 def train(config, progress: bool = True) -> dict:
     """The whole run: data, tokenizer, model, warm-up, SSRL; returns paths and timings.
-    Rerunning it on a run directory resumes (a finished phase is not repeated)."""
+    Rerunning it on a run directory resumes (a finished phase is not repeated). Image
+    observations train a Qwen3-VL policy (`jaxtom.mindzero.vl_train`)."""
+    if config.mindzero.data.observation == "image":
+        from jaxtom.mindzero.vl_train import train_vl
+        return train_vl(config, progress)
     run_dir = Path(config.trainer.workdir)
     t0 = time.perf_counter()
     if jax.process_index() == 0:

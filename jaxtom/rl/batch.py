@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,10 @@ class Batch:
     ref_logp: jax.Array | None = None  # [B, T] reference log-probs; None: computed in the step
     decision_mask: jax.Array | None = None  # [B, T] float32: action-decision tokens
     prediction: PredictionBatch | None = None
+    # image+text rows (Qwen3-VL): `positions` are then [B, 3, T] M-RoPE positions, and each
+    # row carries its own images, so every field splits, pads and shards by rows alike
+    image_index: jax.Array | None = None  # [B, T] int32: the row's vision token, -1 for text
+    vision: Any = None  # VisionInputs, leaves [B, I, P, ...]: row b's I images (padded)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -153,9 +157,10 @@ def pad_rows(batch: Batch, multiple: int, *, min_rows: int = 0,
     if not isinstance(multiple, int) or multiple < 1:
         raise ValueError(f"pad_rows: multiple must be a positive int, got {multiple!r}")
     rows = _round_up(max(batch.tokens.shape[0], min_rows), multiple)
-    fills = {"group_ids": -1}
+    fills = {"group_ids": -1, "image_index": -1}
     out = {f.name: (None if getattr(batch, f.name) is None or f.name == "prediction" else
-                    _pad_leading(getattr(batch, f.name), rows, fills.get(f.name, 0)))
+                    jax.tree.map(lambda x, fill=fills.get(f.name, 0): _pad_leading(x, rows, fill),
+                                 getattr(batch, f.name)))
            for f in dataclasses.fields(batch)}
     if batch.prediction is not None:
         p = batch.prediction

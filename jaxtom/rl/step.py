@@ -87,6 +87,9 @@ class StepConfig:
     # bf16 (param_dtype) weights: add each update with Kahan compensation (see below)
     compensated_updates: bool = False
     lora: bool = False  # train only the LoRA adapters (the model must carry them)
+    # a vision-language policy's vision tower (parameters under `visual`) stays as loaded;
+    # False trains it, as the public MindZero config does
+    freeze_vision: bool = False
     reference: str = "auto"  # frozen_copy | lora_disabled | batch | none | auto
 
     @property
@@ -184,6 +187,23 @@ def score_widths(batch: Batch) -> tuple[int, int]:
     return width, pwidth
 
 
+def _images(batch: Batch):
+    """(image_index, vision) of image+text rows, or None for text rows."""
+    return None if batch.vision is None else (batch.image_index, batch.vision)
+
+
+def _vl_inputs(cfg, positions, image_index, vision) -> dict:
+    """A VL forward's keywords from per-row image fields: positions [B, 3, T] -> [3, B, T],
+    each row's I images [B, I, ...] -> one flat set [B * I, ...], and `image_index` shifted
+    from the row's own vision tokens to that set's (-1, text, stays)."""
+    B, I, P = vision.patches.shape[:3]
+    per_row = I * (P // cfg.vision.merge_unit)
+    offset = (jnp.arange(B, dtype=jnp.int32) * per_row)[:, None]
+    index = jnp.where(image_index >= 0, image_index + offset, -1)
+    flat = jax.tree.map(lambda x: x.reshape(B * I, *x.shape[2:]), vision)
+    return {"positions": jnp.moveaxis(positions, 1, 0), "image_index": index, "vision": flat}
+
+
 def _scored(batch: Batch) -> jax.Array:
     """Positions a policy row's losses read: policy tokens and decision tokens."""
     hit = batch.policy_mask > 0
@@ -202,7 +222,7 @@ class Learner:
         ref = cfg.resolved_reference()
         if ref not in REFERENCES:
             raise ValueError(f"reference must be one of {REFERENCES + ('auto',)}, got {ref!r}")
-        if cfg.lora and not model.layers.lora_scale:
+        if cfg.lora and not getattr(model, "language_model", model).layers.lora_scale:
             raise ValueError("lora=True but the model has no LoRA adapters; call "
                              "jaxtom.models.add_lora(model, rank=...) first")
         if ref == "lora_disabled" and not cfg.lora:
@@ -217,7 +237,10 @@ class Learner:
         self._compiled: dict[Any, Any] = {}
 
     def _split(self, model):
-        return nnx.split(model, nnx.LoRAParam if self.cfg.lora else nnx.Param, ...)
+        trained = nnx.LoRAParam if self.cfg.lora else nnx.Param
+        if self.cfg.freeze_vision:
+            trained = nnx.All(trained, nnx.Not(nnx.PathContains("visual")))
+        return nnx.split(model, trained, ...)
 
     # ---- state -------------------------------------------------------------------------
     def init_state(self, model: Decoder, seed: int = 0) -> TrainState:
@@ -303,14 +326,18 @@ class Learner:
         return self.update(state, batch)
 
     def _logprobs(self, params, frozen, tokens, positions, segments, scored=None, width=None,
-                  entropy=False):
+                  entropy=False, images=None):
         """(log-probs, entropies or None) [B, T] of `tokens`, aligned like
         `losses.token_logprobs`, scoring only `scored` entries (at most `width` per row; all
         entries when None). Activations are sharded like the batch rows over the mesh (the
-        decoder rematerialises its layers as its config says)."""
+        decoder rematerialises its layers as its config says). `images`: (image_index,
+        vision) of image+text rows (`_images`), for a vision-language model."""
         model = nnx.merge(self.graphdef, params, frozen)
+        extra = {} if images is None else _vl_inputs(model.config, positions, *images)
+        if extra:
+            positions = extra.pop("positions")
         hidden = model(tokens, positions, segments, mesh=self.mesh, rules=self.rules,
-                       return_hidden=True)
+                       return_hidden=True, **extra)
         head, vocab_axis = model.head_weight()
         return logprobs.token_logprobs_from_hidden(hidden, head, tokens, vocab_axis=vocab_axis,
                                                    scored=scored, width=width, entropy=entropy)
@@ -327,7 +354,8 @@ class Learner:
                 raise ValueError("reference='batch' needs batch.ref_logp")
             return mb.ref_logp
         logp, _ = self._logprobs(self._reference_params(state, params), state.frozen, mb.tokens,
-                                 mb.positions, mb.segment_ids, _scored(mb), width)
+                                 mb.positions, mb.segment_ids, _scored(mb), width,
+                                 images=_images(mb))
         return jax.lax.stop_gradient(logp)
 
     def _micro_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool, widths):
@@ -339,7 +367,8 @@ class Learner:
         def grpo_objective(params):
             logp, entropy = self._logprobs(params, state.frozen, mb.tokens, mb.positions,
                                            mb.segment_ids, _scored(mb), width,
-                                           entropy=mb.decision_mask is not None)
+                                           entropy=mb.decision_mask is not None,
+                                           images=_images(mb))
             old = jax.lax.stop_gradient(logp) if mb.old_logp is None else mb.old_logp
             total, _, stats = losses.grpo_terms(
                 logp, old, ref_logp, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
@@ -416,8 +445,10 @@ class Learner:
         """Log-probs of `rows` [R, T] at their scored positions (no gradient), one
         micro-batch at a time."""
         m = self.cfg.micro_batches
-        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, _scored(rows)), m)
-        out = jax.lax.map(lambda t: self._logprobs(params, frozen, *t, width)[0], micro)
+        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, _scored(rows),
+                            _images(rows)), m)
+        out = jax.lax.map(lambda t: self._logprobs(params, frozen, *t[:4], width,
+                                                   images=t[4])[0], micro)
         return jax.lax.stop_gradient(merge_rows(out))
 
     def _score_rollout(self, state: TrainState, minis: Batch, width: int) -> tuple[Batch, bool]:
@@ -515,5 +546,6 @@ class Learner:
         """Per-token log-probs of `batch.tokens` under the current params (no gradient)."""
         if "score" not in self._compiled:
             self._compiled["score"] = jax.jit(
-                lambda s, t, p, g: self._logprobs(s.params, s.frozen, t, p, g)[0])
-        return self._compiled["score"](state, batch.tokens, batch.positions, batch.segment_ids)
+                lambda s, t, p, g, i: self._logprobs(s.params, s.frozen, t, p, g, images=i)[0])
+        return self._compiled["score"](state, batch.tokens, batch.positions, batch.segment_ids,
+                                       _images(batch))

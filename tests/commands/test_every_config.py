@@ -53,9 +53,10 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
     name = Path(path).stem
     if name == "toy_cpu":
         return out
-    tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny")  # own BPE + random init
-    if not tiny:
-        out.append(f"model.path={standin}")
+    tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny",
+                    "mindzero_gridworld_qwen3vl_tiny")  # own BPE + random init
+    if not tiny:  # Qwen3-VL configs (image observations) get a Qwen3-VL stand-in
+        out.append(f"model.path={standin}_vl" if "qwen3vl" in name else f"model.path={standin}")
     if name.startswith("mindzero"):
         out += ["mindzero.data.train_episodes=4", "mindzero.data.eval_episodes=2",
                 "mindzero.warmup.batch_size=4", "trainer.prompts_per_step=2",
@@ -80,9 +81,12 @@ SCRIPT = textwrap.dedent("""
     assert jax.device_count() == 8
     from jaxtom.commands.train import train
     from jaxtom.config import load_config
-    from tests.commands.standin import write_standin
+    from tests.commands.standin import write_standin, write_vl_standin
     write_standin(sys.argv[1])
-    for path, overrides in json.loads(sys.argv[2]):
+    jobs = json.loads(sys.argv[2])
+    if any(f"model.path={sys.argv[1]}_vl" in overrides for _, overrides in jobs):
+        write_vl_standin(sys.argv[1] + "_vl")
+    for path, overrides in jobs:
         config = load_config(path, overrides)
         summary = train(config, progress=False)
         print("RESULT", json.dumps({"config": path, **summary}), flush=True)

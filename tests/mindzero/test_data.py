@@ -60,7 +60,7 @@ def test_compact_observation(view):
     with pytest.raises(ValueError, match="timestep"):
         compact_observation(view, 0, 0, 2)
     with pytest.raises(ValueError, match="unknown observation"):
-        get_observation("image")
+        get_observation("video")
 
 
 def test_figure_observation_is_the_paper_prompt(view):

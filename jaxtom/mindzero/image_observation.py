@@ -1,0 +1,38 @@
+"""The image observation (`mindzero.data.observation="image"`): Figure 7's assistance prompt
+with the rendered grid as its picture, for a vision-language policy (Qwen3-VL).
+
+The text is the `figure` observation in its image modality (no transcript: the model must
+read the state from the picture), with the prompt's `<image>` slot written as Qwen3-VL's
+image item (`<|vision_start|><|image_pad|><|vision_end|>`); the picture is
+`gridworld.render_rgb` of the state before action t (500x500 px at the paper's 50 px per
+cell: 256 LLM tokens). The text function is registered as an observation like the others, so
+tokenizer corpora and row-length bounds read it as they read any prompt.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from jaxtom.gridworld.text import IMAGE_TOKEN
+from jaxtom.mindzero.observation import HostEpisodes, figure_observation
+from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
+
+
+def image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) -> str:
+    """The prompt text, with one image placeholder where the picture goes."""
+    text = figure_observation(view, e, t, num_particles, modality="image")
+    if text.count(IMAGE_TOKEN) != 1:
+        raise ValueError(f"the image prompt must have one {IMAGE_TOKEN} slot, found "
+                         f"{text.count(IMAGE_TOKEN)}")
+    return text.replace(IMAGE_TOKEN, IMAGE_PLACEHOLDER)
+
+
+def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50) -> np.ndarray:
+    """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell."""
+    from jaxtom.gridworld import render_rgb
+    from jaxtom.gridworld.simulation import state_at
+    view.check_step(e, t)
+    one = lambda tree: jax.tree.map(lambda x: x[e], tree)  # noqa: E731
+    state = state_at(one(view.episodes.states), one(view.episodes.trajectories), t)
+    return np.asarray(render_rgb(state, cell_size=cell_size))

@@ -1,0 +1,296 @@
+"""MindZero SSRL with a vision-language policy: image observations through Qwen3-VL.
+
+The same two phases on the same trainer as `jaxtom.mindzero.trainer` (format warm-up, then
+particle SSRL rewarded by eq. 4); what changes is what a prompt is. Each (episode, t) prompt
+is the image observation's text (`image_observation`, Figure 7 with the rendered grid) with
+its image placeholder expanded to the picture's token count, plus the picture itself.
+Rollouts sample through `vl_sampling` (one jitted image+text prefill, then the text sampler)
+and hand the update image+text rows (`rl.vl_batch`) that carry each row's picture, M-RoPE
+positions and image-token index into the VL forward. Every picture of a run has the same
+size (`mindzero.data.image_cell_size` px per cell), so the prefill and the update each
+compile a bounded number of programs. The vision tower trains with the rest unless
+`step.freeze_vision=true`.
+
+`model.path` "" builds a tiny random Qwen3-VL from scratch (the CPU config) over a BPE
+trained on the prompts' text with the three vision special tokens added; a path loads a
+Qwen3-VL checkpoint (`jaxtom.models.from_pretrained`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxtom import sampling
+from jaxtom.mindzero import data as data_lib
+from jaxtom.mindzero import trainer as text_trainer
+from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.observation import HostEpisodes
+from jaxtom.mindzero.particles import parse_particles
+from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
+from jaxtom.models import ModelConfig, Qwen3VL, init_qwen3_vl
+from jaxtom.models.image_processing import num_image_tokens, preprocess_image
+from jaxtom.models.mrope import expand_image_tokens
+from jaxtom.models.vl_config import VisionConfig, VLConfig
+from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
+from jaxtom.rl.trainer import Trainer, sample_rows
+from jaxtom.rl.vl_batch import vl_rows
+
+# the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks
+TINY_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                   num_position_embeddings=64, deepstack_visual_indexes=(0, 1))
+
+
+def _mrope_section(head_dim: int) -> tuple[int, int, int]:
+    """Qwen3-VL's split of the rotary frequencies into (T, H, W) for a small head."""
+    half = head_dim // 2
+    return (half - 2 * (half // 3), half // 3, half // 3)
+
+
+def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None):
+    """(Qwen3VL, codec): a checkpoint (`model.path`), or a tiny random one from scratch."""
+    m = config.model
+    if m.path:
+        model, codec = text_trainer.build_model(config, run_dir, views, tokenizer_path)
+        if not isinstance(model, Qwen3VL):
+            raise ValueError(f"mindzero.data.observation='image' needs a Qwen3-VL checkpoint; "
+                             f"model.path={m.path!r} is a text-only model")
+        return model, codec
+    path = Path(tokenizer_path or run_dir / "tokenizer.json")
+    if tokenizer_path is None and not path.exists():
+        rng = np.random.default_rng(config.trainer.seed)
+        tok = train_bpe(text_trainer.corpus(config, views, rng), m.vocab_size)
+        tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
+        if jax.process_index() == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tok.backend.save(str(path) + ".tmp")
+            Path(str(path) + ".tmp").replace(path)
+    else:
+        tok = load_bpe(path)
+    ids = {name: tok.token_to_id(name) for name in (VISION_START, IMAGE_PAD, VISION_END)}
+    if None in ids.values():
+        raise ValueError(f"tokenizer {path} lacks the vision tokens: {ids}")
+    text = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=m.hidden_size,
+                       intermediate_size=m.intermediate_size, num_layers=m.num_layers,
+                       num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                       qk_norm=True, tie_word_embeddings=True, max_position_embeddings=4096,
+                       eos_token_ids=tok.eos_token_ids, param_dtype=m.param_dtype,
+                       compute_dtype=m.compute_dtype)
+    vision = VisionConfig(out_hidden_size=m.hidden_size, **TINY_VISION)
+    cfg = VLConfig(text=text, vision=vision, image_token_id=ids[IMAGE_PAD],
+                   vision_start_token_id=ids[VISION_START], vision_end_token_id=ids[VISION_END],
+                   mrope_section=_mrope_section(m.head_dim))
+    return init_qwen3_vl(cfg, config.trainer.seed + m.seed), Codec(tok)
+
+
+class VLPrompts:
+    """(episode, t) -> prompt ids with the picture's tokens expanded (cached), and the
+    picture preprocessed (patches, grid); every picture of a run has one size."""
+
+    def __init__(self, config, codec: Codec, view: HostEpisodes, vl: VLConfig):
+        self.text = text_trainer._Prompts(config, codec, view)
+        self.view, self.vl = view, vl
+        self.cell = config.mindzero.data.image_cell_size
+        self.cache: dict[tuple[int, int], list[int]] = {}
+        e, t = data_lib.timestep_records(view, 1)[0]
+        self.grid = tuple(self.image(e, t)[1])
+        self.tokens = num_image_tokens(self.grid, vl.vision)
+        self.num_patches = int(np.prod(self.grid))
+
+    def __call__(self, e: int, t: int) -> list[int]:
+        if (e, t) not in self.cache:
+            self.cache[(e, t)] = expand_image_tokens(self.text(e, t), [self.grid], self.vl)
+        return self.cache[(e, t)]
+
+    def image(self, e: int, t: int) -> tuple[np.ndarray, tuple]:
+        return preprocess_image(observation_image(self.view, e, t, self.cell), self.vl.vision)
+
+    def images(self, tasks: Sequence[dict], repeat: int = 1) -> list[list[tuple]]:
+        """Each task's picture (rendered and preprocessed once), `repeat` rows per task."""
+        out = []
+        for task in tasks:
+            one = [self.image(int(task["episode"]), int(task["t"]))]
+            out += [one] * repeat
+        return out
+
+
+def _local_replica(model: Qwen3VL) -> Qwen3VL:
+    """`model` on one process; with several, a copy on this process's devices (as
+    `rl.distributed.local_replica` does for a text decoder)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    from jaxtom import parallel
+    mesh = sampling.model_mesh(model.language_model)
+    if jax.process_count() == 1 or mesh is None:
+        return model
+    graphdef, state = nnx.split(model)
+    replicated = jax.jit(lambda s: s, out_shardings=NamedSharding(mesh, PartitionSpec()))(state)
+    devices = jax.local_devices()
+    rep = NamedSharding(parallel.make_mesh(len(devices), 1, 1, devices=devices),
+                        PartitionSpec())
+    return nnx.merge(graphdef, jax.tree.map(
+        lambda x: jax.device_put(x.addressable_data(0), rep), replicated))
+
+
+def generate_vl_rows(model: Qwen3VL, prompts, images, row_ids, *, key, num_patches: int,
+                     rows_per_call: int = 0, **kwargs) -> list[list[int]]:
+    """`rl.distributed.generate_rows` for image+text prompts (`images[i]`: preprocessed
+    (patches, grid) pairs): each row samples from `fold_in(key, row)`, so the tokens do not
+    depend on how rows are split into calls."""
+    from jaxtom.models import vl_sampling
+    model = _local_replica(model)
+    row_ids = np.asarray(row_ids)
+    step = rows_per_call if rows_per_call > 0 else max(len(prompts), 1)
+    out: list[list[int]] = []
+    for lo in range(0, len(prompts), step):
+        out += vl_sampling.generate(model, list(prompts[lo:lo + step]), images[lo:lo + step],
+                                    preprocessed=True, num_patches=num_patches, key=key,
+                                    row_ids=row_ids[lo:lo + step], **kwargs).sequences()
+    return out
+
+
+class VLWarmupRollout(text_trainer.WarmupRollout):
+    """The format warm-up on image prompts (teacher targets as in the text warm-up)."""
+
+    def __init__(self, config, codec: Codec, view: HostEpisodes, prompts: VLPrompts,
+                 row_len: int):
+        super().__init__(config, codec, view)
+        self.prompts, self.row_len = prompts, row_len
+
+    def __call__(self, model, tasks, key, step):
+        r = super().__call__(model, tasks, key, step)
+        r.batch = vl_rows(model.config, r.sequences, r.policy_masks, r.advantages, r.group_ids,
+                          self.prompts.images(tasks), row_len=self.row_len,
+                          num_patches=self.prompts.num_patches, pad_id=self.codec.pad_id)
+        return r
+
+
+class VLParticleRollout(text_trainer.ParticleRollout):
+    """SSRL on image prompts: `group_size` particle completions per picture, eq. 4."""
+
+    def __init__(self, config, codec: Codec, view: HostEpisodes, table, prompts: VLPrompts):
+        super().__init__(config, codec, view, table)
+        self.prompts = prompts
+        self._images = None
+
+    def generate(self, model, prompts, tasks, key):
+        c = self.config.trainer
+        self._images = self.prompts.images(tasks, c.group_size)
+        return generate_vl_rows(model, prompts, self._images, sample_rows(tasks, c.group_size),
+                                key=key, num_patches=self.prompts.num_patches,
+                                max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+                                top_p=c.top_p, stop=list(self.codec.eos_ids),
+                                pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+
+    def __call__(self, model, tasks, key, step):
+        r = super().__call__(model, tasks, key, step)
+        images, self._images = self._images, None
+        r.batch = vl_rows(model.config, r.sequences, r.policy_masks, r.advantages, r.group_ids,
+                          images, row_len=self.config.trainer.row_len,
+                          num_patches=self.prompts.num_patches, pad_id=self.codec.pad_id,
+                          decision_masks=r.decision_masks)
+        return r
+
+
+def vl_row_len(config, prompts: VLPrompts, view: HostEpisodes, completion: int,
+               quantum: int = 16) -> int:
+    """One row length for a phase: the longest expanded prompt + the completion budget."""
+    longest = max(len(prompts(e, t)) for e, t in data_lib.timestep_records(
+        view, config.mindzero.data.stride))
+    return int(np.ceil((longest + completion + 1) / quantum) * quantum)
+
+
+def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
+                       num_rows: int = 32):
+    """The held-out monitor of `trainer.heldout_monitor` on image prompts: top-1 goal
+    accuracy, log score of the true goal, distinct completions."""
+    from jaxtom.eval.metrics import goal_scores
+    from jaxtom.gridworld import goal_index
+    from jaxtom.mindzero.evaluate import dense
+    d, e_cfg = config.mindzero.data, config.mindzero.eval
+    prompts = VLPrompts(config, codec, view, vl)
+    records = data_lib.timestep_records(view)
+    pick = np.random.default_rng(config.trainer.seed + 11).choice(
+        len(records), min(num_rows, len(records)), replace=False)
+    rows = [records[i] for i in np.sort(pick)]
+    n = d.num_particles
+    true = np.array([int(goal_index(*view.goal[e], 8)) for e, _ in rows])
+    ids = [prompts(e, t) for e, t in rows]
+    tasks = [{"episode": e, "t": t} for e, t in rows]
+
+    def score(step, model) -> dict:
+        seqs = generate_vl_rows(model, ids, prompts.images(tasks), np.arange(len(ids)),
+                                key=jax.random.key(config.trainer.seed),
+                                num_patches=prompts.num_patches,
+                                max_new_tokens=config.trainer.max_new_tokens,
+                                temperature=e_cfg.temperature, stop=list(codec.eos_ids),
+                                pad_id=codec.pad_id, rows_per_call=config.trainer.rollout_rows)
+        texts = [codec.decode(s) for s in seqs]
+        beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
+                                                  num_particles=n), 8)
+                            for x, (e, _) in zip(texts, rows)])
+        s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]),
+                        e_cfg.score_mix)
+        return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"])),
+                "distinct_completions": float(len(set(texts)))}
+    return score
+
+
+def train_vl(config, progress: bool = True) -> dict:
+    """`trainer.train` for image observations: warm-up, then SSRL, on a Qwen3-VL policy."""
+    run_dir = Path(config.trainer.workdir)
+    t0 = time.perf_counter()
+    if jax.process_index() == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+    params = text_trainer.env_params(config)
+    train_eps, test_eps = text_trainer.make_episodes(config)
+    view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
+    model, codec = build_vl_model(config, run_dir, views=(view, test_view))
+    vl = model.config
+    prompts = VLPrompts(config, codec, view, vl)
+    c = config.trainer
+    config = dataclasses.replace(config, trainer=dataclasses.replace(
+        c, row_len=vl_row_len(config, prompts, view, c.max_new_tokens), pad_id=codec.pad_id,
+        progress=progress and c.progress))
+    mesh = text_trainer.make_mesh(config)
+    timings = {"setup_s": time.perf_counter() - t0}
+    t1 = time.perf_counter()
+    mz = config.mindzero
+    if mz.warmup.steps:
+        budget = max(c.max_new_tokens, text_trainer.longest_teacher_target(config, codec, view))
+        wcfg = dataclasses.replace(text_trainer.warmup_trainer_config(config),
+                                   row_len=vl_row_len(config, prompts, view, budget))
+        warm = Trainer(model, text_trainer.task_records(view, 1),
+                       VLWarmupRollout(config, codec, view, prompts, wcfg.row_len),
+                       text_trainer.warmup_step_config(config), wcfg, mesh=mesh,
+                       desc="warm-up")
+        model = warm.learner.model(warm.run())
+        text_trainer.save_model(model, run_dir / "warmup")
+    timings["warmup_s"] = time.perf_counter() - t1
+    monitor = vl_heldout_monitor(config, test_view, codec, vl)
+    if mz.warmup.steps and mz.warmup.min_distinct:
+        timings["warmup_monitor"] = text_trainer.check_warmup(monitor(0, model),
+                                                              mz.warmup.min_distinct)
+    t2 = time.perf_counter()
+    table = np.asarray(text_trainer.cumulative_log_likelihoods(train_eps.trajectories, params))
+    ssrl = Trainer(model, text_trainer.task_records(view, mz.data.stride),
+                   VLParticleRollout(config, codec, view, table, prompts), config.step,
+                   dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")),
+                   mesh=mesh, eval_hooks=[monitor] if config.trainer.eval_every else [],
+                   desc="ssrl")
+    state = ssrl.run()
+    timings["ssrl_s"] = time.perf_counter() - t2
+    timings["ssrl_steps"] = int(state.step)
+    text_trainer.save_model(ssrl.learner.model(state), run_dir / "checkpoint")
+    timings["total_s"] = time.perf_counter() - t0
+    if jax.process_index() == 0:
+        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
+            "state": state}

@@ -1,0 +1,51 @@
+"""The image observation: Figure 7's prompt in its image modality with Qwen3-VL's image item,
+the rendered grid as the picture (500x500 px at 50 px per cell -> 256 image tokens), and the
+config switch that selects it."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxtom.gridworld import EnvParams, generate_episodes
+from jaxtom.mindzero.image_observation import image_observation, observation_image
+from jaxtom.mindzero.observation import HostEpisodes, get_observation
+from jaxtom.models.image_processing import num_image_tokens, preprocess_image
+from jaxtom.models.vl_prompts import IMAGE_PAD, IMAGE_PLACEHOLDER
+from tests.rl.test_vl_step import tiny_vl_config
+
+
+@pytest.fixture(scope="module")
+def view():
+    return HostEpisodes.from_episodes(generate_episodes(jax.random.key(3), EnvParams(), 2))
+
+
+def test_image_prompt_has_one_image_item_and_no_transcript(view):
+    assert get_observation("image") is image_observation
+    text = image_observation(view, 0, 2, 2)
+    figure = get_observation("figure")(view, 0, 2, 2)
+    assert text.count(IMAGE_PAD) == 1 and text.startswith(IMAGE_PLACEHOLDER)
+    assert "<image>" not in text and len(text) < len(figure)
+    # the request and the output instruction are Figure 7's
+    assert figure.endswith(text.rsplit("\n", 1)[-1])
+
+
+def test_picture_is_the_grid_before_action_t(view):
+    a, b = observation_image(view, 0, 1, 50), observation_image(view, 0, 2, 50)
+    assert a.shape == (500, 500, 3) and a.dtype == np.uint8
+    assert not np.array_equal(a, b)  # the human moved
+    cfg = tiny_vl_config()
+    _, grid = preprocess_image(a, cfg.vision)
+    assert tuple(grid) == (1, 32, 32) and num_image_tokens(grid, cfg.vision) == 256
+    with pytest.raises(ValueError, match="timestep"):
+        observation_image(view, 0, 0)
+
+
+def test_config_selects_and_checks_the_image_observation():
+    from jaxtom.config import ConfigError, load_config
+    path = "configs/mindzero_gridworld_qwen3vl_tiny.py"
+    cfg = load_config(path)
+    assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 16
+    assert not cfg.step.freeze_vision  # the vision tower trains unless frozen
+    assert load_config(path, ["step.freeze_vision=true"]).step.freeze_vision
+    with pytest.raises(ConfigError, match="data.observation"):
+        load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=image"])
