@@ -1,5 +1,7 @@
-"""MindZero's paper run (jaxtom.mindzero.experiments.paper_config) with Qwen3-4B from
-$JAXTOM_MODELS/Qwen3-4B. Check the mesh first: `jaxtom plan configs/mindzero_gridworld_qwen3_4b.py`."""
+"""MindZero's paper settings (jaxtom.mindzero.experiments.paper_config), text-only: Qwen3-4B
+from $JAXTOM_MODELS/Qwen3-4B reads the Figure 11 transcript instead of the paper's picture
+(the paper's own setting, with images, is configs/mindzero_gridworld_qwen3vl_4b.py).
+Check the mesh first: `jaxtom plan configs/mindzero_gridworld_qwen3_4b.py`."""
 
 from jaxtom.mindzero.experiments import paper_config
 
