@@ -90,7 +90,8 @@ def model_dtypes(model_section) -> tuple[str, str]:
 
 
 def model_config(model_section):
-    """The decoder's ModelConfig from `<model.path>/config.json` (or the config's own sizes)."""
+    """The decoder's ModelConfig from `<model.path>/config.json` (or the config's own sizes);
+    a `VLConfig` (text decoder + vision tower) for a Qwen3-VL config.json."""
     from pathlib import Path
 
     from jaxtom import config as jaxtom_config
@@ -118,9 +119,29 @@ def model_config(model_section):
         raise ConfigError("model.path", "a Hugging Face directory holding config.json (only "
                           "config.json is read)", m.path)
     try:
+        from jaxtom.models.vl_config import is_vl_dict, load_vl_config
+        if is_vl_dict(json.loads(file.read_text())):
+            return load_vl_config(file, dtype=param, compute_dtype=compute)
         return load_hf_config(file, dtype=param, compute_dtype=compute)
     except ValueError as err:  # json errors are ValueErrors too
         raise ConfigError("model.path", f"a supported config.json ({err})", str(file)) from None
+
+
+def text_config(mcfg):
+    """The text decoder's ModelConfig of a decoder or a VLConfig."""
+    return getattr(mcfg, "text", mcfg)
+
+
+def image_patches(config, vcfg) -> int:
+    """Patches of one observation picture of a Qwen3-VL config: the gridworld rendered at
+    `mindzero.data.image_cell_size` px per cell, resized as the preprocessing resizes it."""
+    from jaxtom.gridworld import EnvParams
+    from jaxtom.models.image_processing import smart_resize
+
+    cell = config.mindzero.data.image_cell_size if config.kind == "mindzero" else 50
+    g = EnvParams()
+    h, w = smart_resize(g.height * cell, g.width * cell, vcfg.patch_size * vcfg.spatial_merge_size)
+    return h * w // vcfg.patch_size ** 2
 
 
 # ---- per-device bytes from shardings ----------------------------------------------------
@@ -159,12 +180,27 @@ def _xla_flops(compiled) -> float | None:
 
 
 # ---- analytic FLOPs ---------------------------------------------------------------------
-def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0) -> float:
-    """Matmul FLOPs of one full forward over [rows, seq]: weights, LM head and attention.
+def vision_flops(vcfg, images: int, patches: int) -> float:
+    """Matmul FLOPs of the Qwen3-VL vision tower over `images` pictures of `patches` patches:
+    patch embedding, blocks (qkv, proj, MLP, full attention within a picture) and the main
+    and DeepStack mergers (on the 2x2-merged tokens)."""
+    d, f, m = vcfg.hidden_size, vcfg.intermediate_size, vcfg.merge_unit
+    d4 = d * m
+    per_patch = vcfg.patch_dim * d + vcfg.depth * (4 * d * d + 2 * d * f + 2 * patches * d)
+    per_token = (1 + len(vcfg.deepstack_visual_indexes)) * (d4 * d4 + d4 * vcfg.out_hidden_size)
+    return 2.0 * images * (patches * per_patch + patches // m * per_token)
+
+
+def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0, patches: int = 0) -> float:
+    """Matmul FLOPs of one full forward over [rows, seq]: weights, LM head and attention
+    (for a VLConfig, plus the vision tower on each row's picture of `patches` patches).
 
     Attention counts the whole seq x seq score matrix, as the decoder computes it (the causal
     mask is applied to, not skipped in, the matmul).
     """
+    if hasattr(mcfg, "vision"):
+        return (forward_flops(mcfg.text, rows, seq, lora_rank)
+                + vision_flops(mcfg.vision, rows, patches))
     d, f, hd, L = mcfg.hidden_size, mcfg.intermediate_size, mcfg.head_dim, mcfg.num_layers
     q, kv = mcfg.num_heads * hd, mcfg.num_kv_heads * hd
     weights = L * (2 * d * q + 2 * d * kv + 3 * d * f) + d * mcfg.vocab_size
@@ -187,7 +223,8 @@ def update_flops(config, mcfg, rows: int, seq: int, pred_rows: int = 0,
     """
     step = config.step
     lora = config.model.lora_rank
-    fwd = forward_flops(mcfg, rows, seq, lora)
+    patches = image_patches(config, mcfg.vision) if hasattr(mcfg, "vision") else 0
+    fwd = forward_flops(mcfg, rows, seq, lora, patches)
     epochs = getattr(step, "ppo_epochs", 1)
     updates = epochs * getattr(step, "ppo_mini_batches", 1)
     policy = epochs * (fwd + (fwd if lora else 2 * fwd))
@@ -205,7 +242,8 @@ def _abstract_model(config, mcfg):
     from jaxtom import models
 
     def build():
-        model = models.init_decoder(mcfg, seed=0)
+        model = (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
+                 else models.init_decoder(mcfg, seed=0))
         if config.model.lora_rank:
             models.add_lora(model, rank=config.model.lora_rank,
                             alpha=config.model.lora_alpha or None)
@@ -242,10 +280,23 @@ def _abstract_batch(config, mcfg, rows: int, multiple: int):
         p_i32, p_f32 = (jax.ShapeDtypeStruct(shape, d) for d in (jnp.int32, jnp.float32))
         prediction = PredictionBatch(tokens=p_i32, positions=p_i32, segment_ids=p_i32,
                                      target_mask=p_f32)
+    images = {}
+    if hasattr(mcfg, "vision"):  # one picture per row (`jaxtom.rl.vl_batch`)
+        from jaxtom.models.image_processing import VisionInputs
+        v, P = mcfg.vision, image_patches(config, mcfg.vision)
+        def sds(*shape, dtype=jnp.int32):
+            return jax.ShapeDtypeStruct((rows, 1) + shape, dtype)
+        images = dict(positions=jax.ShapeDtypeStruct((rows, 3, T), jnp.int32), image_index=i32,
+                      vision=VisionInputs(patches=sds(P, v.patch_dim, dtype=jnp.float32),
+                                          valid=sds(P, dtype=jnp.bool_), pos_index=sds(P, 4),
+                                          pos_weight=sds(P, 4, dtype=jnp.float32),
+                                          rot_pos=sds(P, 2)))
     # as the trainer packs it: old log-probs are scored inside the update (not in the batch)
-    return Batch(tokens=i32, positions=i32, segment_ids=i32, policy_mask=f32, advantages=f32,
-                 group_ids=i32, ref_logp=f32 if s.resolved_reference() == "batch" else None,
-                 decision_mask=f32 if s.lambda_entropy > 0 else None, prediction=prediction)
+    return Batch(**{"tokens": i32, "positions": i32, "segment_ids": i32, "policy_mask": f32,
+                    "advantages": f32, "group_ids": i32,
+                    "ref_logp": f32 if s.resolved_reference() == "batch" else None,
+                    "decision_mask": f32 if s.lambda_entropy > 0 else None,
+                    "prediction": prediction, **images})
 
 
 def plan_update(config, mcfg, mesh) -> dict[str, Any]:
@@ -432,18 +483,25 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
     check_processes(config, n, processes)
     mesh = parallel.make_mesh(*sizes, devices=jax.devices()[:n])
     mcfg = model_config(config.model)
+    text = text_config(mcfg)
     update = plan_update(config, mcfg, mesh)
     out: dict[str, Any] = {
-        "model": {"path": config.model.path, "family": mcfg.family,
+        "model": {"path": config.model.path, "family": text.family,
                   "params": mcfg.num_params(), "trainable_params": update.pop("trainable_params"),
-                  "param_dtype": mcfg.param_dtype, "compute_dtype": mcfg.compute_dtype,
+                  "param_dtype": text.param_dtype, "compute_dtype": text.compute_dtype,
                   "lora_rank": config.model.lora_rank},
         "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n,
                  "processes": processes},
         "update": update}
     peak = update["xla"]["peak"]
+    if hasattr(mcfg, "vision"):
+        out["model"].update(architecture=mcfg.architecture,
+                            vision_params=mcfg.vision.num_params(),
+                            image_patches=image_patches(config, mcfg.vision))
     if rollout:
-        r = plan_rollout(config, mcfg, mesh, processes)
+        # a VL rollout decodes on the text decoder; its image prefill runs the vision tower
+        # once per distinct picture (not planned: small beside the decode's KV cache)
+        r = plan_rollout(config, text, mesh, processes)
         # while sampling, the whole train state stays resident; on one process the sampler's
         # weights are the state's own buffers, on several they are an extra replica
         shared = 0 if r["replicated_weights"] else r["memory"]["model_state"]
