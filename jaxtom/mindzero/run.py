@@ -113,6 +113,10 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
     """Evaluate the run whose checkpoint is `checkpoint` (results next to it). `test`: the
     held-out episodes (regenerated from the config when not given); `qa`: (episodes,
     questions) for the QA table (default `qa_test_set(cfg)`; only with eval.qa_episodes > 0)."""
+    if cfg.mindzero.data.observation == "image":
+        raise NotImplementedError(
+            "evaluating a run on image observations (Qwen3-VL) is not built yet; its held-out "
+            "monitor during training (trainer.eval_every) scores goal inference on images")
     t0 = time.perf_counter()
     checkpoint = Path(checkpoint)
     run_dir = checkpoint.parent
