@@ -80,7 +80,9 @@ def goal_log_likelihoods(trajectory: Trajectory, params: EnvParams) -> jnp.ndarr
     (G = K (K - 1) = 56); zero at invalid steps. Works on a single trajectory or any batch."""
     batch_shape = trajectory.valid.shape[:-1]
     lead = len(batch_shape)
-    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[lead:]), trajectory)
+    # host (NumPy) trajectories are moved to the device first: the remainder chunk below runs
+    # outside lax.map, where NumPy inputs would stay NumPy arrays
+    flat = jax.tree.map(lambda x: jnp.asarray(x).reshape((-1,) + x.shape[lead:]), trajectory)
     episodes = flat.valid.shape[0]
     # Episodes go through in chunks of EPISODE_CHUNK (lax.map over a leading chunk axis; a
     # dynamic slice of the episode axis measured 1.45x slower): the per-step intermediates then

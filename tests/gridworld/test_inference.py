@@ -84,3 +84,17 @@ def test_prior_changes_the_posterior_and_is_validated(states, params):
     assert np.abs(np.asarray(goal_posterior(traj, params, skewed)) - uniform).max() > tol
     with pytest.raises(ValueError, match="expected 56"):
         goal_posterior(traj, params, np.ones(28) / 28)
+
+
+def test_host_trajectories_with_a_remainder_chunk_match_device_ones(states, params):
+    """NumPy trajectories (as `jax.device_get` returns them) whose episode count leaves a
+    remainder chunk give the same likelihoods as device arrays (it used to crash there)."""
+    from jaxtom.gridworld.inference import EPISODE_CHUNK
+    n = EPISODE_CHUNK + 1
+    batch = jax.tree.map(lambda x: x[:3], states)
+    _, traj, _, _ = rollout_batch(jax.random.split(jax.random.key(7), 3), batch, params, "stay")
+    traj = jax.tree.map(lambda x: x[np.arange(n) % 3], traj)
+    on_device = np.asarray(goal_log_likelihoods(traj, params))
+    on_host = np.asarray(goal_log_likelihoods(jax.device_get(traj), params))
+    assert on_host.shape == (n, params.max_steps, 56)
+    np.testing.assert_array_equal(on_host, on_device)
