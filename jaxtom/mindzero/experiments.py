@@ -11,6 +11,7 @@ unlabelled episodes unrolled into timesteps, 2 particles, uniform prior. The sam
 GiB when all 1024 rows are prefilled at once.
 """
 
+import dataclasses
 import os
 
 from jaxtom.config import Config, MeshSection, ModelSection
@@ -107,19 +108,14 @@ def qa_paper_config(name: str, model_dir: str, family: str) -> Config:
     $JAXTOM_MODELS/`model_dir`: Figure 6's question with the Figure 11 transcript, answers of
     at most 5 tokens, 16 answers per question, rollout batch 32 with one optimizer update per
     rollout, lr 1e-6, KL 1e-2 (k3), 20 epochs over 800 training episodes (2,400 questions),
-    100 held-out episodes with held-out labels and layouts (appendix B.2)."""
-    root = os.environ.get("JAXTOM_MODELS", "/models")
-    return Config(
-        model=ModelSection(path=os.path.join(root, model_dir), family=family,
-                           param_dtype="float32", compute_dtype="bfloat16"),
-        step=StepConfig(learning_rate=1e-6, weight_decay=1e-2, max_grad_norm=1.0, kl_coef=1e-2,
-                        total_steps=QA_PAPER_STEPS, end_lr_ratio=1.0, micro_batches=8,
-                        ppo_mini_batches=1),
-        trainer=TrainerConfig(workdir=f"runs/{name}", total_steps=QA_PAPER_STEPS,
-                              prompts_per_step=32, group_size=16, temperature=1.0,
-                              max_new_tokens=5, row_len=2048, rollout_rows=128,
-                              checkpoint_every=100, eval_every=100),
-        mesh=MeshSection(data=1, fsdp=8, tensor=1),
+    100 held-out episodes with held-out labels and layouts (appendix B.2). Precision, mesh and
+    optimiser are the goal-inference run's (`paper_config`)."""
+    base = paper_config(name, model_dir, family)
+    return dataclasses.replace(
+        base,
+        step=dataclasses.replace(base.step, total_steps=QA_PAPER_STEPS, ppo_mini_batches=1),
+        trainer=dataclasses.replace(base.trainer, total_steps=QA_PAPER_STEPS, group_size=16,
+                                    max_new_tokens=5, eval_every=100),
         mindzero=MindZeroSection(
             data=DataSpec(max_steps=50, train_episodes=800, eval_episodes=100, split="labels",
                           observation="figure", task="qa"),

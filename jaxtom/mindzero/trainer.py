@@ -257,18 +257,11 @@ def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 12
     accuracy and mean log score of the true goal (queried as the evaluation does, 1% uniform
     mix), and how many distinct completions it gives (1 = it ignores its observation). Labels
     are read only here, for logging; training never sees them."""
-    from jaxtom.eval.metrics import goal_scores
-    from jaxtom.gridworld import goal_index
-    from jaxtom.mindzero.evaluate import dense
     from jaxtom.mindzero.policy import sample_completions
     d, e_cfg = config.mindzero.data, config.mindzero.eval
     render = get_observation(d.observation)
-    records = data_lib.timestep_records(view)
-    pick = np.random.default_rng(config.trainer.seed + 11).choice(
-        len(records), min(num_rows, len(records)), replace=False)
-    rows = [records[i] for i in np.sort(pick)]
+    rows, true = monitor_rows(config, view, num_rows)
     n = d.num_particles
-    true = np.array([int(goal_index(*view.goal[e], 8)) for e, _ in rows])
     prompts = [codec.prompt_ids(render(view, e, t, n)) for e, t in rows]
 
     def score(step, model) -> dict:
@@ -277,14 +270,32 @@ def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 12
                                          key=jax.random.key(config.trainer.seed),
                                          temperature=e_cfg.temperature,
                                          max_new_tokens=config.trainer.max_new_tokens)
-        beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
-                                                  num_particles=n), 8)
-                            for x, (e, _) in zip(texts, rows)])
-        s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]),
-                        e_cfg.score_mix)
-        return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"])),
-                "distinct_completions": float(len(set(texts)))}
+        return monitor_scores(texts, rows, true, view, n, e_cfg.score_mix)
     return score
+
+
+def monitor_rows(config, view: HostEpisodes, num_rows: int):
+    """The held-out monitor's fixed sample of (episode, t) and their true goal indices."""
+    from jaxtom.gridworld import goal_index
+    records = data_lib.timestep_records(view)
+    pick = np.random.default_rng(config.trainer.seed + 11).choice(
+        len(records), min(num_rows, len(records)), replace=False)
+    rows = [records[i] for i in np.sort(pick)]
+    return rows, np.array([int(goal_index(*view.goal[e], 8)) for e, _ in rows])
+
+
+def monitor_scores(texts, rows, true, view: HostEpisodes, num_particles: int,
+                   score_mix: float) -> dict:
+    """Top-1, mean log score of the true goal and distinct completions of the monitor's
+    completions (malformed ones score as the evaluation scores them)."""
+    from jaxtom.eval.metrics import goal_scores
+    from jaxtom.mindzero.evaluate import dense
+    beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
+                                              num_particles=num_particles), 8)
+                        for x, (e, _) in zip(texts, rows)])
+    s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]), score_mix)
+    return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"])),
+            "distinct_completions": float(len(set(texts)))}
 
 
 class WarmupCollapsed(RuntimeError):

@@ -33,7 +33,6 @@ from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
 from jaxtom.mindzero.image_observation import observation_image
 from jaxtom.mindzero.observation import HostEpisodes
-from jaxtom.mindzero.particles import parse_particles
 from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
 from jaxtom.models import ModelConfig, Qwen3VL, init_qwen3_vl
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
@@ -210,17 +209,10 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
                        num_rows: int = 32):
     """The held-out monitor of `trainer.heldout_monitor` on image prompts: top-1 goal
     accuracy, log score of the true goal, distinct completions."""
-    from jaxtom.eval.metrics import goal_scores
-    from jaxtom.gridworld import goal_index
-    from jaxtom.mindzero.evaluate import dense
     d, e_cfg = config.mindzero.data, config.mindzero.eval
     prompts = VLPrompts(config, codec, view, vl)
-    records = data_lib.timestep_records(view)
-    pick = np.random.default_rng(config.trainer.seed + 11).choice(
-        len(records), min(num_rows, len(records)), replace=False)
-    rows = [records[i] for i in np.sort(pick)]
+    rows, true = text_trainer.monitor_rows(config, view, num_rows)
     n = d.num_particles
-    true = np.array([int(goal_index(*view.goal[e], 8)) for e, _ in rows])
     ids = [prompts(e, t) for e, t in rows]
     tasks = [{"episode": e, "t": t} for e, t in rows]
 
@@ -232,13 +224,7 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
                                 temperature=e_cfg.temperature, stop=list(codec.eos_ids),
                                 pad_id=codec.pad_id, rows_per_call=config.trainer.rollout_rows)
         texts = [codec.decode(s) for s in seqs]
-        beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
-                                                  num_particles=n), 8)
-                            for x, (e, _) in zip(texts, rows)])
-        s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]),
-                        e_cfg.score_mix)
-        return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"])),
-                "distinct_completions": float(len(set(texts)))}
+        return text_trainer.monitor_scores(texts, rows, true, view, n, e_cfg.score_mix)
     return score
 
 

@@ -211,6 +211,18 @@ def _write_rows(cache: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Arra
         cache, new, starts)
 
 
+def token_inputs(input_ids, positions=None) -> tuple[jax.Array, jax.Array]:
+    """(input_ids [B, T], positions): a clear error for ids of another rank; positions default
+    to 0 .. T-1 in every row (unpacked sequences)."""
+    input_ids = jnp.asarray(input_ids)
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
+    if positions is None:
+        B, T = input_ids.shape
+        positions = jnp.broadcast_to(jnp.arange(T), (B, T))
+    return input_ids, jnp.asarray(positions)
+
+
 class Decoder(nnx.Module):
     """Causal LM: `model(input_ids)` -> float32 logits [batch, seq, vocab]."""
 
@@ -256,12 +268,7 @@ class Decoder(nnx.Module):
         head themselves (`head_weight`) without forming [B, T, V].
         """
         cfg = self.config
-        input_ids = jnp.asarray(input_ids)
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
-        B, T = input_ids.shape
-        if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(T), (B, T))
+        input_ids, positions = token_inputs(input_ids, positions)
         cos, sin = self._rope(positions)
         mask = positions[:, None, :] <= positions[:, :, None]
         if segment_ids is not None:

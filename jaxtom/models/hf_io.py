@@ -177,16 +177,25 @@ def load_state(cfg: ModelConfig, source, mesh: Mesh | None = None):
     check_tensors(cfg, state, source)
     dtype = np.dtype(cfg.param_dtype) if cfg.param_dtype != "bfloat16" else ml_dtypes.bfloat16
 
-    def place(path, var):
+    def reader(path):
         param = ".".join(str(p) for p in path)
+        return _reader(param, source, dtype, param.startswith("layers."), cfg.num_layers)
+
+    return read_into_place(graphdef, state, mesh, reader)
+
+
+def read_into_place(graphdef, state, mesh: Mesh | None, reader):
+    """The model with each parameter read by `reader(path)` (a callback from an index to the
+    array's slice) straight into its place: one device, or its logical axes on `mesh`, so no
+    process ever holds more than its own shards."""
+    def place(path, var):
         shape = tuple(var.get_value().shape)
         if mesh is None:
             sharding = SingleDeviceSharding(jax.devices()[0])
         else:
             axes = parallel.variable_axes(var) or (None,) * len(shape)
             sharding = parallel.named_sharding(mesh, axes, shape)
-        read = _reader(param, source, dtype, param.startswith("layers."), cfg.num_layers)
-        return var.replace(jax.make_array_from_callback(shape, sharding, read))
+        return var.replace(jax.make_array_from_callback(shape, sharding, reader(path)))
 
     flat = [(path, place(path, var)) for path, var in nnx.to_flat_state(state)]
     return nnx.merge(graphdef, nnx.from_flat_state(flat))

@@ -26,7 +26,7 @@ from flax import nnx
 
 from jaxtom.models.decoder import (
     HIDDEN_AXES, LOGITS_AXES, UNROLL_MAX_LAYERS, Decoder, KVCache, _write_rows, constrain,
-    layer_forward, rms_norm, rope_inv_freq, uses_remat,
+    layer_forward, rms_norm, rope_inv_freq, token_inputs, uses_remat,
 )
 from jaxtom.models.image_processing import (
     VisionInputs, as_rgb_uint8, num_image_tokens, preprocess_image, vision_inputs,
@@ -97,13 +97,8 @@ class Qwen3VL(nnx.Module):
         within `segment_ids`), as in transformers.
         """
         cfg = self.config.text
-        input_ids = jnp.asarray(input_ids)
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
+        input_ids, positions = token_inputs(input_ids, positions)
         B, T = input_ids.shape
-        if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(T), (B, T))
-        positions = jnp.asarray(positions)
         if positions.shape == (B, T):
             positions = jnp.broadcast_to(positions[None], (3, B, T))
         if positions.shape != (3, B, T):

@@ -15,9 +15,8 @@ import jax
 import ml_dtypes
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, SingleDeviceSharding
+from jax.sharding import Mesh
 
-from jaxtom import parallel
 from jaxtom.models import hf_io
 from jaxtom.models.qwen3_vl import Qwen3VL
 from jaxtom.models.vl_config import VLConfig, load_vl_config, vl_config_to_hf_dict
@@ -155,23 +154,14 @@ def load_vl_state(cfg: VLConfig, source, mesh: Mesh | None = None) -> Qwen3VL:
                              for i in range(*index[0].indices(len(names)))])
         return read
 
-    def place(path, var):
-        shape = tuple(var.get_value().shape)
-        if mesh is None:
-            sharding = SingleDeviceSharding(jax.devices()[0])
-        else:
-            axes = parallel.variable_axes(var) or (None,) * len(shape)
-            sharding = parallel.named_sharding(mesh, axes, shape)
+    def reader(path):
+        param = ".".join(map(str, path[1:]))
         if path[0] == "language_model":
-            param = ".".join(map(str, path[1:]))
-            read = hf_io._reader(param, text, dtype, param.startswith("layers."),
+            return hf_io._reader(param, text, dtype, param.startswith("layers."),
                                  cfg.text.num_layers)
-        else:
-            read = vision_reader(".".join(map(str, path[1:])))
-        return var.replace(jax.make_array_from_callback(shape, sharding, read))
+        return vision_reader(param)
 
-    flat = [(path, place(path, var)) for path, var in nnx.to_flat_state(state)]
-    return nnx.merge(graphdef, nnx.from_flat_state(flat))
+    return hf_io.read_into_place(graphdef, state, mesh, reader)
 
 
 def from_pretrained_vl(path: str | Path, *, dtype: str = "float32",
