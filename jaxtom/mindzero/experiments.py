@@ -24,6 +24,13 @@ from jaxtom.rl.trainer import TrainerConfig
 PAPER_STEPS = 1000 * 30 // 32 * 20
 
 
+# The CPU defaults' policy (goal inference and QA): a 0.35 M-parameter Qwen3-architecture
+# decoder from random init; `vocab_size` is replaced by the size of the BPE each run trains.
+TINY_MODEL = ModelSection(path="", family="qwen3", vocab_size=384, hidden_size=96,
+                          intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
+                          head_dim=24)
+
+
 def paper_config(name: str, model_dir: str, family: str) -> Config:
     """The paper's run for the Hugging Face checkpoint at $JAXTOM_MODELS/`model_dir`.
 
@@ -60,9 +67,7 @@ def tiny_config() -> Config:
     ELBO's goal signal was lost; at lr 1e-3 the held-out monitor fell from 0.24 to 0.04 top-1
     within 75 steps (seed 0, benchmarks/README.md)."""
     return Config(
-        model=ModelSection(path="", family="qwen3", vocab_size=384, hidden_size=96,
-                           intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
-                           head_dim=24),
+        model=TINY_MODEL,
         step=StepConfig(learning_rate=3e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
                         max_grad_norm=1.0, total_steps=250, end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=250,
@@ -140,9 +145,7 @@ def qa_tiny_config() -> Config:
     collapsed again at step 200; with a letter-plus-eos answer lr 1e-3 broke the format in 10
     steps."""
     return Config(
-        model=ModelSection(path="", family="qwen3", vocab_size=384, hidden_size=96,
-                           intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
-                           head_dim=24),
+        model=TINY_MODEL,
         step=StepConfig(learning_rate=3e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,
                         max_grad_norm=1.0, total_steps=300, end_lr_ratio=0.1),
         trainer=TrainerConfig(workdir="runs/mindzero_qa_tiny", total_steps=300,

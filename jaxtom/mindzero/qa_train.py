@@ -141,15 +141,6 @@ def train(config, progress: bool = True) -> dict:
     monitor = answer_monitor(config, codec, test_set)
     if config.trainer.eval_every:
         timings["start_monitor"] = monitor(0, model)
-    t2 = time.perf_counter()
-    ssrl = Trainer(model, tasks, rollout, config.step,
-                   dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")), mesh=mesh,
-                   eval_hooks=[monitor] if config.trainer.eval_every else [], desc="ssrl")
-    state = ssrl.run()
-    timings["ssrl_s"] = time.perf_counter() - t2
-    timings["ssrl_steps"] = int(state.step)
-    mz.save_model(ssrl.learner.model(state), run_dir / "checkpoint")
-    timings["total_s"] = time.perf_counter() - t0
-    if jax.process_index() == 0:
-        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    state = mz.run_ssrl(model, tasks, rollout, config, run_dir, monitor, timings,
+                        started=time.perf_counter(), run_started=t0, mesh=mesh)
     return {"run_dir": str(run_dir), "timings": timings, "test": test_set, "state": state}

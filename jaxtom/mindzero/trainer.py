@@ -355,20 +355,32 @@ def train(config, progress: bool = True) -> dict:
 
     t2 = time.perf_counter()
     table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories, params))  # [E,T+1,G]
-    hooks = [monitor] if config.trainer.eval_every else []
-    ssrl_cfg = dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl"))
-    ssrl = Trainer(model, task_records(view, mz.data.stride),
-                   ParticleRollout(config, codec, view, table), config.step, ssrl_cfg,
-                   mesh=mesh, eval_hooks=hooks, desc="ssrl")
-    state = ssrl.run()
-    timings["ssrl_s"] = time.perf_counter() - t2
-    timings["ssrl_steps"] = int(state.step)
-    save_model(ssrl.learner.model(state), run_dir / "checkpoint")
-    timings["total_s"] = time.perf_counter() - t0
-    if jax.process_index() == 0:
-        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    state = run_ssrl(model, task_records(view, mz.data.stride),
+                     ParticleRollout(config, codec, view, table), config, run_dir, monitor,
+                     timings, started=t2, run_started=t0, mesh=mesh)
     return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
             "state": state}
+
+
+def run_ssrl(model, tasks, rollout, config, run_dir: Path, monitor, timings: dict, *,
+             started: float, run_started: float, mesh=None):
+    """The SSRL phase every MindZero run ends with (goal particles, QA, image prompts): the
+    one trainer under `run_dir/ssrl` (the held-out `monitor` as its eval hook when
+    `trainer.eval_every`), the final model saved to `run_dir/checkpoint`, and the run's
+    `timings` (plus ssrl_s from `started`, total_s from `run_started`) written beside it.
+    Returns the final TrainState."""
+    ssrl = Trainer(model, tasks, rollout, config.step,
+                   dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")),
+                   mesh=mesh, eval_hooks=[monitor] if config.trainer.eval_every else [],
+                   desc="ssrl")
+    state = ssrl.run()
+    timings["ssrl_s"] = time.perf_counter() - started
+    timings["ssrl_steps"] = int(state.step)
+    save_model(ssrl.learner.model(state), run_dir / "checkpoint")
+    timings["total_s"] = time.perf_counter() - run_started
+    if jax.process_index() == 0:
+        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    return state
 
 
 def save_model(model, path: Path) -> Path:

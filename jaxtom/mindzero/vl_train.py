@@ -266,17 +266,9 @@ def train_vl(config, progress: bool = True) -> dict:
                                                               mz.warmup.min_distinct)
     t2 = time.perf_counter()
     table = np.asarray(text_trainer.cumulative_log_likelihoods(train_eps.trajectories, params))
-    ssrl = Trainer(model, text_trainer.task_records(view, mz.data.stride),
-                   VLParticleRollout(config, codec, view, table, prompts), config.step,
-                   dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")),
-                   mesh=mesh, eval_hooks=[monitor] if config.trainer.eval_every else [],
-                   desc="ssrl")
-    state = ssrl.run()
-    timings["ssrl_s"] = time.perf_counter() - t2
-    timings["ssrl_steps"] = int(state.step)
-    text_trainer.save_model(ssrl.learner.model(state), run_dir / "checkpoint")
-    timings["total_s"] = time.perf_counter() - t0
-    if jax.process_index() == 0:
-        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    state = text_trainer.run_ssrl(
+        model, text_trainer.task_records(view, mz.data.stride),
+        VLParticleRollout(config, codec, view, table, prompts), config, run_dir, monitor,
+        timings, started=t2, run_started=t0, mesh=mesh)
     return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
             "state": state}
