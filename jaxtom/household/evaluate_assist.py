@@ -1,0 +1,74 @@
+"""Table 1b for the household: speedup of each helper over the person alone (paper A.2:
+T_human / T_collab - 1), 3 runs per episode, runs that fail the step budget excluded from the
+average and counted; mean +- SE over episodes (per-episode means first: runs of one episode
+share its layout and task); TFLOPs per episode where a model proposes the particles.
+
+`speedups` turns step counts into per-episode speedups; `speedup_row` / `markdown` make the
+table `jaxtom eval` prints; `paired_margin` is the SE-based comparison two helpers' rows rest
+on (per-episode difference of mean speedups).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxtom.eval import metrics
+
+
+def speedups(t_human, t_collab, budget: int) -> tuple[np.ndarray, int, int]:
+    """(per-episode mean speedup [E] (NaN where no run finished), failed collaborative runs,
+    failed human-alone runs) from step counts [E, R] of paired runs (run r of the person alone
+    and with the helper share a seed). A run fails when it reaches `budget` steps unfinished;
+    a pair with either run failed is excluded."""
+    t_human, t_collab = np.asarray(t_human, float), np.asarray(t_collab, float)
+    if t_human.shape != t_collab.shape or t_human.ndim != 2:
+        raise ValueError(f"need matching [E, R] step counts, got {t_human.shape} and "
+                         f"{t_collab.shape}")
+    ok_h, ok_c = t_human < budget, t_collab < budget
+    ok = ok_h & ok_c
+    ratio = np.where(ok, t_human / np.maximum(t_collab, 1.0) - 1.0, np.nan)
+    with np.errstate(invalid="ignore"):
+        per_episode = np.where(ok.any(1), np.nansum(ratio, 1) / np.maximum(ok.sum(1), 1), np.nan)
+    return per_episode, int((~ok_c).sum()), int((~ok_h).sum())
+
+
+def speedup_row(name: str, t_human, t_collab, budget: int, tflops: float | None = None) -> dict:
+    """One Table 1b row: speedup (%) mean +- SE over episodes with a finished pair."""
+    per_episode, failed, failed_alone = speedups(t_human, t_collab, budget)
+    keep = per_episode[np.isfinite(per_episode)]
+    mean, se = metrics.mean_sem(keep) if keep.size else (math.nan, math.nan)
+    return {"method": name, "speedup": 100 * mean, "speedup_se": 100 * se,
+            "episodes": int(keep.size), "runs": int(np.size(t_collab)), "failed": failed,
+            "failed_alone": failed_alone, "tflops": tflops,
+            "per_episode": per_episode.tolist(),
+            "mean_steps": float(np.mean(np.asarray(t_collab, float)))}
+
+
+def paired_margin(row_a: dict, row_b: dict) -> tuple[float, float]:
+    """Mean and SE (in %) of per-episode speedup(a) - speedup(b) over episodes both have."""
+    a, b = np.asarray(row_a["per_episode"], float), np.asarray(row_b["per_episode"], float)
+    m = np.isfinite(a) & np.isfinite(b)
+    if not m.any():
+        return math.nan, math.nan
+    mean, se = metrics.mean_sem(a[m] - b[m])
+    return 100 * mean, 100 * se
+
+
+def markdown(rows: list[dict], title: str = "") -> str:
+    """Table 1b's columns (method, speedup, TFLOPs) plus the counts behind them."""
+    lines = [title or ("Household proactive assistance (Table 1b protocol): speedup = "
+                       "T_human / T_collab - 1, 3 runs per episode, failed runs excluded; "
+                       "mean ± SE over episodes."), "",
+             "| method | speedup (%) | TFLOPs | episodes | runs | failed (helped / alone) | "
+             "mean steps |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tf = "N/A" if r.get("tflops") is None else f"{r['tflops']:.1f}"
+        lines.append(f"| {r['method']} | {r['speedup']:.1f} ± {r['speedup_se']:.1f} | {tf} | "
+                     f"{r['episodes']} | {r['runs']} | {r['failed']} / {r['failed_alone']} | "
+                     f"{r['mean_steps']:.1f} |")
+    return "\n".join(lines)
+
+
+__all__ = ["markdown", "paired_margin", "speedup_row", "speedups"]
