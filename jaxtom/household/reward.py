@@ -77,6 +77,11 @@ def _batch(x, shape, name, fill=0.0):
     return x
 
 
+def _clean(x: np.ndarray) -> np.ndarray:
+    """NaN -> -inf (p = 0), +inf -> 0 (p = 1)."""
+    return np.nan_to_num(x, nan=-np.inf, posinf=0.0, neginf=-np.inf)
+
+
 def elbo_reward(log_lik, q, ok, log_prior=None, empty=None, cfg: RewardConfig = RewardConfig()):
     """(reward [B] float64, terms) for a batch of parsed samples.
 
@@ -92,8 +97,8 @@ def elbo_reward(log_lik, q, ok, log_prior=None, empty=None, cfg: RewardConfig = 
     if ok.shape != q.shape[:1]:
         raise ValueError(f"ok must be [batch] = {q.shape[:1]}, got {ok.shape}")
     log_floor = math.log(cfg.floor)
-    ll = np.nan_to_num(_batch(log_lik, q.shape, "log_lik"), nan=-np.inf, posinf=0.0)
-    lp = np.nan_to_num(_batch(log_prior, q.shape, "log_prior"), nan=-np.inf, posinf=0.0)
+    ll = _clean(_batch(log_lik, q.shape, "log_lik"))
+    lp = _clean(_batch(log_prior, q.shape, "log_prior"))
     live = q > 0
     joint = ll + (cfg.prior_weight * lp if cfg.prior_weight else 0.0)
     if empty is not None:
@@ -153,7 +158,7 @@ def qa_reward(log_lik_chosen, choice, *, floor: float = QA_FLOOR) -> np.ndarray:
     (any value where choice is -1)."""
     if not 0.0 < floor < 1.0:
         raise ValueError(f"floor must be in (0, 1), got {floor}")
-    ll = np.nan_to_num(np.asarray(log_lik_chosen, np.float64), nan=-np.inf, posinf=0.0)
+    ll = _clean(np.asarray(log_lik_chosen, np.float64))
     choice = np.asarray(choice)
     if ll.shape != choice.shape:
         raise ValueError(f"log_lik_chosen {ll.shape} and choice {choice.shape} differ")
