@@ -28,3 +28,94 @@ def test_accuracy_by_type_clusters_by_episode():
 def test_binomial_band():
     lo, hi = binomial_band(400)
     assert lo == pytest.approx(0.425) and hi == pytest.approx(0.575)
+
+
+# --- generated questions ---------------------------------------------------------------------
+import functools
+import math
+
+from jaxtom.household import qa
+from jaxtom.household.apartments import TEST_APARTMENTS, apartments
+from jaxtom.household.episodes import generate_episodes
+from jaxtom.household.human import action_distribution
+from jaxtom.household.world import open_
+
+
+@functools.lru_cache(maxsize=None)
+def _qa_set(seed=0, n=24):
+    episodes = generate_episodes(apartments(TEST_APARTMENTS), n, seed=seed)
+    return episodes, qa.make_questions(episodes, seed=seed, per_type=2)
+
+
+def test_every_type_is_generated_and_order_is_random():
+    episodes, qs = _qa_set()
+    kinds = {q.qtype for q in qs}
+    assert kinds == set(qa.QUESTION_TYPES)
+    answers = np.array([q.answer for q in qs])
+    lo, hi = binomial_band(len(qs))
+    assert lo <= answers.mean() <= hi
+    assert qa.make_questions(episodes, seed=0, per_type=2) == qs  # deterministic
+
+
+def test_planner_belief_answers_everything():
+    episodes, qs = _qa_set()
+    choices = [qa.planner_answer(episodes[q.episode], q) for q in qs]
+    assert choices == [q.answer for q in qs]
+
+
+def test_answer_rules():
+    episodes, qs = _qa_set()
+    for q in qs:
+        ep = episodes[q.episode]
+        s = ep.states[q.step]
+        truth = q.options[q.answer]
+        if q.qtype in ("1.1", "1.2", "2.1", "2.2"):
+            a = ep.actions[q.step - 1]
+            assert a.verb == "walk" and ep.actions[q.step] == open_(a.furniture)
+        if q.is_belief:
+            has = any(s.object_types[o] == q.obj for o in s.contents[q.container])
+            assert truth == ("not inside" if q.qtype == "1.3" else "inside")
+            assert has == (q.qtype == "1.1")
+        else:
+            assert set(q.options) <= set(qa.catalog.GOAL_OBJECT_TYPES) and len(set(q.options)) == 2
+
+
+def test_random_answerer_is_at_chance():
+    _, qs = _qa_set()
+    for seed in range(3):
+        acc = np.mean(qa.random_choices(qs, seed) == np.array([q.answer for q in qs]))
+        lo, hi = binomial_band(len(qs))
+        assert lo <= acc <= hi, (seed, acc)
+
+
+def test_reward_is_the_option_likelihood_and_favours_the_truth():
+    episodes, qs = _qa_set()
+    q = next(q for q in qs if q.is_belief)
+    ep = episodes[q.episode]
+    t = q.step - 1
+    for i, option in enumerate(q.options):
+        b = qa.belief_with(ep.states[t], ep.beliefs[t], q.obj, q.container, option == "inside")
+        g = qa.option_goal(ep.states[t], ep.beliefs[t], ep.goal, q.obj)
+        p = action_distribution(ep.states[t], b, g, ep.params)[ep.actions[t]]
+        r = qa.rewards([q], [i])[0]
+        assert r == pytest.approx(math.log(max(p, 1e-7)), abs=1e-12)
+    r = qa.rewards(qs, [q.answer for q in qs])
+    bad = qa.rewards(qs, [-1] * len(qs))
+    assert np.all(bad < r) and np.all(bad < qa.rewards(qs, [1 - q.answer for q in qs]))
+    table = qa.accuracy_table(qa.reward_choices(qs), qs)
+    acc, se, _ = table["overall"]
+    assert acc - 3 * se > 0.5  # the label-free reward points at the answer
+
+
+def test_question_text():
+    episodes, qs = _qa_set()
+    for q in qs[:12]:
+        ep = episodes[q.episode]
+        fig = qa.figure_question(ep, q)
+        assert fig.startswith("What's inside the apartment:") and "Actions taken by Mary:" in fig
+        assert "Please respond with either a or b." in fig and "\\boxed{}" in fig
+        line = qa.compact_question(ep, q)
+        assert line.split(" | ")[0] == ("belief" if q.is_belief else "goal")
+        assert qa.render_question("compact", ep, q) == line
+    with pytest.raises(ValueError):
+        qa.render_question("image", episodes[0], qs[0])
