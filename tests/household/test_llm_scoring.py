@@ -28,19 +28,29 @@ OPTIONS = [(" A", " B"), (" Human puts the plate on the kitchentable", " Human g
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    """(tokenizer, transformers model, jaxtom model): a ChatML byte-level BPE trained on the
-    test texts and a random fp32 Qwen3 written by transformers."""
+def checkpoints(tmp_path_factory):
+    """name -> (tokenizer, transformers model, jaxtom model): a ChatML byte-level BPE trained
+    on the test texts, and random fp32 checkpoints written by transformers: a Qwen3 with its
+    own LM head and a Llama with tied embeddings (both head layouts)."""
     from jaxtom import models
     from jaxtom.models.tiny import save_tiny_hf
     from tests.ctom.tiny_chat import chatml_bpe
-    import tempfile
 
     corpus = PROMPTS + [o for opts in OPTIONS for o in opts]
-    tok = chatml_bpe(corpus * 2, vocab_size=320)
-    path = tempfile.mkdtemp(prefix="hh_scoring_")
-    tm = save_tiny_hf(path, "qwen3", vocab_size=tok.vocab_size, max_position_embeddings=256)
-    return tok, tm, models.from_pretrained(path)
+    tok = chatml_bpe(corpus * 2, vocab_size=1000)
+    out = {}
+    for name, family, extra in (("qwen3", "qwen3", {}),
+                                ("llama-tied", "llama", {"tie_word_embeddings": True})):
+        path = tmp_path_factory.mktemp(name)
+        tm = save_tiny_hf(path, family, vocab_size=tok.vocab_size,
+                          max_position_embeddings=256, **extra)
+        out[name] = (tok, tm, models.from_pretrained(path))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(checkpoints):
+    return checkpoints["qwen3"]
 
 
 def transformers_logprob(tm, prompt_ids, option_ids):
@@ -53,12 +63,15 @@ def transformers_logprob(tm, prompt_ids, option_ids):
     return sum(float(logp[len(prompt_ids) - 1 + k, t]) for k, t in enumerate(option_ids))
 
 
-@pytest.mark.parametrize("chat", [False, True])
-def test_model_scorer_matches_transformers(tiny, chat):
-    tok, tm, model = tiny
+@pytest.mark.parametrize("name, chat", [("qwen3", False), ("llama-tied", True)])
+def test_model_scorer_matches_transformers(checkpoints, name, chat):
+    import jax
+
+    tok, tm, model = checkpoints[name]
     scorer = ModelScorer(model, tok, chat=chat, rows_per_call=4, min_length=16)
     queries = [OptionQuery(p, o) for p, o in zip(PROMPTS, OPTIONS)]
-    ours = scorer.option_logprobs(queries)
+    with jax.default_matmul_precision("highest"):  # float32 matmuls on accelerators too
+        ours = scorer.option_logprobs(queries)
     worst = 0.0
     for q, lp in zip(queries, ours):
         p_ids = scorer.prompt_ids(q.prompt)
@@ -70,20 +83,12 @@ def test_model_scorer_matches_transformers(tiny, chat):
         np.testing.assert_allclose(normalise_logprobs(lp), ref - np.logaddexp.reduce(ref),
                                    atol=1e-4)
     assert worst < 1e-4, worst
-    print(f"max |jaxtom - transformers| option log-prob ({'chat' if chat else 'raw'}): "
-          f"{worst:.2e}")
-    # both paths ran: single-token (letters) queries and multi-token ones
+    print(f"max |jaxtom - transformers| option log-prob ({name}, "
+          f"{'chat' if chat else 'raw'}): {worst:.2e}")
+    # both paths ran and agree with transformers: single-token (letters) queries, scored
+    # from one next-token distribution, and multi-token ones, scored one row per option
     assert any(all(len(tok.encode(o)) == 1 for o in q.options) for q in queries)
     assert any(any(len(tok.encode(o)) > 1 for o in q.options) for q in queries)
-
-
-def test_single_token_path_equals_row_path(tiny):
-    tok, _, model = tiny
-    scorer = ModelScorer(model, tok, min_length=16)
-    letters = scorer.option_logprobs([OptionQuery(PROMPTS[0], ("A", "B"))])[0]
-    # adding a two-token option forces the per-option row path for the same letters
-    rows = scorer.option_logprobs([OptionQuery(PROMPTS[0], ("A", "B", " the fridge"))])[0]
-    np.testing.assert_allclose(letters, rows[:2], atol=1e-5)
 
 
 def test_same_shaped_batches_do_not_recompile(tiny):
