@@ -7,8 +7,9 @@ Model output is untrusted: `parse_particles(text, ...)` never raises on it and r
 same failure type as the gridworld's; it earns the reward's format penalty).
 
 Lenient about the form:
-  * the JSON is taken from a ```json fence, else from the first decodable object holding
-    "particles" (surrounding prose, minified or pretty, trailing commas are fine);
+  * the JSON is taken from a ```json fence, the whole text or its outermost braces, else
+    from the first object holding "particles" among prose or other JSON (an echoed schema);
+    minified or pretty, trailing commas are fine;
   * keys are matched case-, space-, hyphen- and underscore-insensitively, with a few
     unambiguous synonyms (task / task_name, objects / items, type / name, count / number /
     quantity, target / location, p / prob / probability); a target may be a bare string;
@@ -123,10 +124,11 @@ _PARTICLE_LIST_KEYS = ("particles", "hypotheses", "goals")
 
 
 def extract_particles_json(text: str) -> Any:
-    """The JSON value holding the particles, or a ValueError saying why there is none."""
+    """The JSON value holding the particles (else the first JSON value found), or a
+    ValueError saying why there is none."""
     if not isinstance(text, str):
         raise ValueError(f"completion is {type(text).__name__}, not text")
-    first_error = None
+    first_error, fallback = None, None
     seen = set()
     for candidate in _candidates(text):
         for body in (candidate, _TRAILING_COMMA.sub(r"\1", candidate)):
@@ -136,15 +138,17 @@ def extract_particles_json(text: str) -> Any:
             try:
                 value = _loads(body)
             except _Ambiguous as err:
-                return ParseFailure(f"ambiguous JSON: {err}")
+                raise ValueError(f"ambiguous JSON: {err}") from None
             except (ValueError, RecursionError) as err:
                 first_error = first_error or err
                 continue
             if isinstance(value, list):
                 dicts = [v for v in value if isinstance(v, dict)]
                 value = dicts[-1] if dicts else value
-            return value
-    # prose around several objects: decode from each '{' and take the first with particles
+            if _has_particles(value):
+                return value
+            fallback = value if fallback is None else fallback
+    # prose around several objects (an echoed schema, then the answer): decode from each '{'
     decoder = json.JSONDecoder(object_pairs_hook=_pairs_hook)
     for n, m in enumerate(re.finditer(r"\{", text)):
         if n >= _MAX_DECODE_TRIES:
@@ -152,11 +156,13 @@ def extract_particles_json(text: str) -> Any:
         try:
             value, _ = decoder.raw_decode(text, m.start())
         except _Ambiguous as err:
-            return ParseFailure(f"ambiguous JSON: {err}")
+            raise ValueError(f"ambiguous JSON: {err}") from None
         except (ValueError, RecursionError):
             continue
         if _has_particles(value):
             return value
+    if fallback is not None:
+        return fallback
     if isinstance(first_error, RecursionError):
         raise ValueError("JSON nested too deeply")
     if first_error is not None and "{" in text:
@@ -315,8 +321,6 @@ def parse_particles(text: str, *, mode: str = "train",
         data = extract_particles_json(text)
     except ValueError as err:
         return ParseFailure(str(err))
-    if isinstance(data, ParseFailure):
-        return data
     if not isinstance(data, dict):
         return ParseFailure("the JSON is not an object")
     keys = [k for k in data if _key(k) in _PARTICLE_LIST_KEYS]

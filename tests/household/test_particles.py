@@ -41,6 +41,9 @@ def test_round_trip_minified_and_pretty():
     assert parse_particles(prose, num_particles=3).goals == got.goals
     trailing = text.replace("}]}", "},]}")
     assert parse_particles(trailing, num_particles=3).goals == got.goals
+    schema = '```json\n{"$defs": {"Object": {"type": "object"}}}\n```'
+    echoed = f"The schema is {schema}; my answer: {text}"
+    assert parse_particles(echoed, num_particles=3).goals == got.goals
 
 
 def test_key_and_name_variations():
