@@ -1,0 +1,99 @@
+"""The household run's config: MindZero's section plus a `household` sub-section.
+
+A household run is a MindZero config whose `mindzero` section is a `HouseholdMindZero` (the
+gridworld's `MindZeroSection` with one more field) and whose `mindzero.data.task` is
+"household"; `jaxtom train|eval|mindzero run` route it to `jaxtom.household.train` /
+`jaxtom.household.evaluate`. The shared fields keep their meaning: `data.train_episodes` /
+`data.eval_episodes` episodes on the train / test apartments, `data.max_steps` the step budget
+(OWAH: 200), `data.num_particles` the n of Figure 9, `data.observation` `figure` (Figure 9's
+prompt) or `compact` (a short line for the tiny model), `warmup.teacher` `approached` (the
+label-free observation teacher of `jaxtom.household.data`) or `random`, `reward.*` the ELBO's
+weights. Override any household field by its dotted path, e.g.
+`mindzero.household.likelihood=llm`.
+
+Table 2's ablations are switches: w/o prior `mindzero.household.prior=none` (or
+`mindzero.reward.prior_weight=0.0`), single hypothesis `mindzero.data.num_particles=1`, w/o
+entropy bonus `mindzero.reward.entropy_weight=0.0`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from jaxtom.mindzero.config import MindZeroSection
+
+LIKELIHOODS = ("symbolic", "llm")
+PRIORS = ("symbolic", "llm", "none")
+SCORERS = ("reference", "http")
+OBSERVABILITY = ("full", "partial")
+URL_ENV = "JAXTOM_REWARD_URL"  # the reward model's server when `scorer_url` is ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HouseholdSpec:
+    """Where the reward's likelihood and prior come from, and which apartments make the data."""
+    likelihood: str = "symbolic"  # symbolic: the planner's exact P(actions | goal); llm
+    prior: str = "symbolic"  # symbolic rules | llm plausibility | none (uniform)
+    scorer: str = "reference"  # llm scores from: the policy's frozen starting model
+    # (`reference`) or an OpenAI-compatible server (`http`, the paper's larger reward model)
+    scorer_url: str = ""  # http: base URL ("" reads $JAXTOM_REWARD_URL)
+    scorer_model: str = ""  # http: the served model's name
+    scorer_mode: str = "chat_top_logprobs"  # http: the public code's top-5 first-token read
+    # (chat_top_logprobs) or exact option log-probs by echo (completions)
+    scorer_timeout_s: float = 60.0
+    scorer_batch: int = 64  # llm: option prompts per scoring call of the local model
+    train_apartments: tuple[int, ...] = (0, 1, 2, 4, 5)  # OWAH's code and data (appendix C.2)
+    test_apartments: tuple[int, ...] = (3, 6)
+    observability: str = "partial"  # the human's view: partial (paper section 5.4) or full
+    after_first_key_action: bool = True  # training timesteps start after the first grab/put
+    monitor_rows: int = 96  # held-out queries the training monitor scores
+    seed_offset: int = 0  # episodes derive from trainer.seed + this
+
+    def url(self) -> str:
+        return self.scorer_url or os.environ.get(URL_ENV, "")
+
+
+@dataclasses.dataclass(frozen=True)
+class HouseholdMindZero(MindZeroSection):
+    household: HouseholdSpec = HouseholdSpec()
+
+    def validate(self, config) -> None:
+        from jaxtom.config import ConfigError
+        d = self.data
+        if d.task != "household":
+            raise ConfigError("mindzero.data.task", "'household' for a household section",
+                              d.task)
+        # the shared checks, on the fields the household shares with the gridworld
+        MindZeroSection.validate(dataclasses.replace(
+            self, data=dataclasses.replace(d, task="goals", observation="compact",
+                                           split="episodes", label_set="all")), config)
+        h = self.household
+
+        def check(ok, field, expected, got):
+            if not ok:
+                raise ConfigError(f"mindzero.{field}", expected, got)
+
+        check(d.observation in ("figure", "compact"), "data.observation",
+              "'figure' or 'compact' for the household", d.observation)
+        check(h.likelihood in LIKELIHOODS, "household.likelihood", f"one of {LIKELIHOODS}",
+              h.likelihood)
+        check(h.prior in PRIORS, "household.prior", f"one of {PRIORS}", h.prior)
+        check(h.scorer in SCORERS, "household.scorer", f"one of {SCORERS}", h.scorer)
+        check(h.observability in OBSERVABILITY, "household.observability",
+              f"one of {OBSERVABILITY}", h.observability)
+        check(h.scorer_mode in ("chat_top_logprobs", "completions"), "household.scorer_mode",
+              "'chat_top_logprobs' or 'completions'", h.scorer_mode)
+        check(h.scorer_timeout_s > 0, "household.scorer_timeout_s", "a positive number",
+              h.scorer_timeout_s)
+        check(h.scorer_batch >= 1, "household.scorer_batch", "a positive int", h.scorer_batch)
+        check(h.monitor_rows >= 1, "household.monitor_rows", "a positive int", h.monitor_rows)
+        check(bool(h.train_apartments) and bool(h.test_apartments), "household.test_apartments",
+              "non-empty train and test apartment lists", (h.train_apartments,
+                                                           h.test_apartments))
+        check(not set(h.train_apartments) & set(h.test_apartments), "household.test_apartments",
+              f"apartments disjoint from the training ones {h.train_apartments}",
+              h.test_apartments)
+        uses_llm = h.likelihood == "llm" or h.prior == "llm"
+        check(not (uses_llm and h.scorer == "http" and not h.url()), "household.scorer_url",
+              f"a base URL (or ${URL_ENV}) for the http scorer", h.scorer_url)
