@@ -12,7 +12,8 @@ sampled reply:
     the position does not reveal the observed one) and the score is the normalised probability
     of the observed action's letter (AutoToM's choice among options). With `next_action=None`
     the whole key-action sequence is judged instead (the public training reward's
-    "all-time" likelihood).
+    "all-time" likelihood). The goal is the prompt's last part before the question, so the
+    hypotheses of one sample share the long prefix (prefix caching on a vLLM server).
   * goal prior `P(goal)`: whether the goal is A) plausible or B) implausible for a person in
     this apartment (an apple in the dishwasher, or 2 forks with 8 plates, is implausible);
     the score is `P(A) / (P(A) + P(B))`.
@@ -94,21 +95,23 @@ def likelihood_prompt(state: str, goal: Goal | str, history: Sequence[str] = (),
                       next_action: str | None = None, alternatives: Sequence[str] = (), *,
                       option_prefix: str = "") -> Choice:
     """The action-likelihood question (see the module docstring)."""
-    head = (f"{TASK_INTRO}\n\n[apartment]\n{state.strip()}\n\n[the person's goal]\n"
-            f"{_goal_text(goal)}\n\n{LIKELIHOOD_RULES}\n\n[key actions so far]\n"
-            f"{_history_text(history)}\n\n")
+    # the goal comes last, after everything the hypotheses of one sample share, so a server
+    # with prefix caching (vLLM) computes the long context once per sample, not per goal
+    head = (f"{TASK_INTRO}\n\n{LIKELIHOOD_RULES}\n\n[apartment]\n{state.strip()}\n\n"
+            f"[key actions so far]\n{_history_text(history)}\n\n")
+    goal_line = f"[the person's goal]\n{_goal_text(goal)}\n\n"
     if next_action is None:
         if alternatives:
             raise ValueError("alternatives need a next_action to compare with")
-        body = ("Is this sequence of actions likely for a person with this goal? It may be "
-                "unfinished.\nA) Likely.\nB) Unlikely.\n")
+        body = (goal_line + "Are the key actions so far likely for a person with this goal? "
+                "They may be unfinished.\nA) Likely.\nB) Unlikely.\n")
         return Choice(head + body + _ANSWER.format(letters="A or B"),
                       (option_prefix + "A", option_prefix + "B"), 0)
     next_action = next_action.strip()
     others = sorted({a.strip() for a in alternatives if a and a.strip()} - {next_action})
     if not others:
-        body = (f"[the person's next action]\n{next_action}\n\nIs this next action likely for "
-                f"a person with this goal?\nA) Likely.\nB) Unlikely.\n")
+        body = (f"[the person's next action]\n{next_action}\n\n{goal_line}Is this next "
+                f"action likely for a person with this goal?\nA) Likely.\nB) Unlikely.\n")
         return Choice(head + body + _ANSWER.format(letters="A or B"),
                       (option_prefix + "A", option_prefix + "B"), 0)
     actions = sorted(others + [next_action])
@@ -116,7 +119,7 @@ def likelihood_prompt(state: str, goal: Goal | str, history: Sequence[str] = (),
         raise ValueError(f"at most {len(LETTERS)} candidate actions, got {len(actions)}")
     listed = "\n".join(f"{LETTERS[i]}) {a}" for i, a in enumerate(actions))
     letters = ", ".join(LETTERS[:len(actions) - 1]) + f" or {LETTERS[len(actions) - 1]}"
-    body = f"Which action does the person take next?\n{listed}\n"
+    body = f"{goal_line}Which action does a person with this goal take next?\n{listed}\n"
     return Choice(head + body + _ANSWER.format(letters=letters),
                   tuple(option_prefix + LETTERS[i] for i in range(len(actions))),
                   actions.index(next_action))
@@ -129,7 +132,7 @@ def prior_prompt(goal: Goal | str, apartment: str | None = None, *,
                  option_prefix: str = "") -> Choice:
     """The goal-prior question (see the module docstring)."""
     where = f"[apartment]\n{apartment.strip()}\n\n" if apartment and apartment.strip() else ""
-    prompt = (f"{TASK_INTRO}\n\n{where}{PRIOR_RULES}\n\n[goal]\n{_goal_text(goal)}\n\n"
+    prompt = (f"{TASK_INTRO}\n\n{PRIOR_RULES}\n\n{where}[goal]\n{_goal_text(goal)}\n\n"
               f"Is this a plausible goal for the person?\nA) Plausible.\nB) Implausible.\n"
               + _ANSWER.format(letters="A or B"))
     return Choice(prompt, (option_prefix + "A", option_prefix + "B"), 0)

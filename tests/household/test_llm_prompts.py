@@ -54,7 +54,12 @@ def test_likelihood_prompt_contents_and_options():
     empty = likelihood_prompt(STATE, "(put_fridge) put 1 apple to fridge", [], "Human walks")
     assert "None yet." in empty.prompt
     whole = likelihood_prompt(STATE, TABLE, HISTORY, None)
-    assert "sequence of actions" in whole.prompt and whole.options == ("A", "B")
+    assert "key actions so far likely" in whole.prompt and whole.options == ("A", "B")
+    # every goal of one sample shares the prompt up to the goal (prefix caching)
+    other = likelihood_prompt(STATE, APPLE_WASHER, HISTORY, "Human walks towards the "
+                              "kitchentable")
+    cut = c.prompt.index("[the person's goal]")
+    assert other.prompt[:cut] == c.prompt[:cut] and cut > len(STATE)
     raw = prior_prompt(TABLE, option_prefix=" ")
     assert raw.options == (" A", " B")
 
