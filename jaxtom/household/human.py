@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import numpy as np
 
@@ -119,11 +118,24 @@ class _Subgoal:
     action: Action
 
 
+def _memo(state: State, key, build):
+    """A goal-independent table computed once per state (stored beside the frozen fields, so
+    replaying many goal hypotheses over one episode reuses it; equality and hashing ignore
+    it)."""
+    cache = state.__dict__.setdefault("_memo", {})
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
 def _walk_steps(state: State, agent, fid: int, params: HumanParams) -> float:
-    if agent.close_to == fid:
-        return 0.0
-    piece = state.apartment.piece(fid)
-    return state.apartment.path_length(agent.pos, piece.position, piece.room) / params.walk_metres
+    """Walk steps from the agent to furniture `fid` (0 when already there)."""
+    def build():
+        apt = state.apartment
+        return {f.id: 0.0 if agent.close_to == f.id else
+                apt.path_length(agent.pos, f.position, f.room) / params.walk_metres
+                for f in apt.furniture}
+    return _memo(state, ("walk", agent.pos, agent.close_to, params.walk_metres), build)[fid]
 
 
 def _open_cost(state: State, fid: int) -> float:
@@ -134,16 +146,18 @@ def _open_cost(state: State, fid: int) -> float:
 def _deliver_from(state: State, fid_or_room, targets, params: HumanParams) -> float:
     """Steps to carry an object from a piece of furniture (or a room centre) to the nearest
     target instance and put it there."""
-    apt = state.apartment
-    best = math.inf
-    for t in targets:
-        piece = apt.piece(t)
-        if isinstance(fid_or_room, str):
-            metres = apt.path_length(apt.room(fid_or_room).center, piece.position, piece.room)
-        else:
-            metres = apt.furniture_distance[(fid_or_room, t)]
-        best = min(best, metres / params.walk_metres + _open_cost(state, t) + 1.0)
-    return best
+    def build():
+        apt = state.apartment
+        table = {}
+        for f in apt.furniture:
+            table[f.id] = min(apt.furniture_distance[(f.id, t)] / params.walk_metres
+                              + _open_cost(state, t) + 1.0 for t in targets)
+        for r in apt.rooms:
+            table[r.name] = min(
+                apt.path_length(r.center, apt.piece(t).position, apt.piece(t).room)
+                / params.walk_metres + _open_cost(state, t) + 1.0 for t in targets)
+        return table
+    return _memo(state, ("deliver", tuple(targets), params.walk_metres), build)[fid_or_room]
 
 
 def _approach(state: State, agent, fid: int, then: Action) -> Action:
@@ -264,7 +278,7 @@ def action_distribution(state: State, belief: Belief, goal: Goal,
                         ) -> dict[Action, float]:
     """Exact P(action | state, belief, goal): (1 - eps) planner + eps uniform over legal
     actions. Keys are sorted; probabilities sum to 1."""
-    legal = legal_actions(state, agent)
+    legal = _memo(state, ("legal", agent), lambda: legal_actions(state, agent))
     plan = planner_distribution(state, belief, goal, params, agent)
     eps = params.epsilon
     uniform = eps / len(legal)
@@ -278,7 +292,13 @@ def action_distribution(state: State, belief: Belief, goal: Goal,
 
 def action_probability(state: State, belief: Belief, goal: Goal, action: Action,
                        params: HumanParams = HumanParams(), agent: int = 0) -> float:
-    return action_distribution(state, belief, goal, params, agent).get(action, 0.0)
+    """`action_distribution(...)[action]` (0 for an illegal action) without building the dict
+    over every legal action: the likelihood's inner loop."""
+    legal = _memo(state, ("legal_set", agent), lambda: frozenset(legal_actions(state, agent)))
+    if action not in legal:
+        return 0.0
+    plan = planner_distribution(state, belief, goal, params, agent)
+    return (1.0 - params.epsilon) * plan.get(action, 0.0) + params.epsilon / len(legal)
 
 
 def sample_action(dist: dict[Action, float], rng: np.random.Generator) -> Action:

@@ -1,7 +1,7 @@
 """The exact symbolic likelihood and posterior over household goals, and a rule-based prior.
 
 The household analogue of `jaxtom.gridworld.inference`: the human's own policy
-(`human.action_distribution`) replayed along a recorded episode gives
+(`human.action_distribution`, via `human.action_probability`) replayed along a recorded episode gives
 `log P(a_1..a_t | goal) = sum_t log max(P(a_t | s_t, b_t, goal), floor)`. The human's belief
 b_t depends on observations only (never on the goal), so the recorded beliefs serve every
 hypothesis and the likelihood is exact for the simulated human. The floor (1e-10, as the
@@ -34,7 +34,7 @@ import numpy as np
 from jaxtom.household import catalog
 from jaxtom.household.apartments import Apartment
 from jaxtom.household.goals import Goal
-from jaxtom.household.human import HumanParams, action_distribution
+from jaxtom.household.human import HumanParams, action_probability
 
 LIKELIHOOD_FLOOR = 1e-10
 
@@ -46,8 +46,9 @@ def step_log_likelihoods(episode, goal: Goal, params: HumanParams | None = None,
     steps = episode.length if upto is None else min(upto, episode.length)
     out = np.empty(steps)
     for t in range(steps):
-        dist = action_distribution(episode.states[t], episode.beliefs[t], goal, params)
-        out[t] = math.log(max(dist.get(episode.actions[t], 0.0), floor))
+        p = action_probability(episode.states[t], episode.beliefs[t], goal, episode.actions[t],
+                               params)
+        out[t] = math.log(max(p, floor))
     return out
 
 

@@ -16,6 +16,7 @@ Public API
   (`START_LOCATIONS`, falling back to any furniture the apartment has).
 - `task_state(task, with_helper=False)`: the initial `world.State` (agent 0 human, agent 1
   helper when asked).
+- `scripted_solution(task)`: a full-knowledge plan that completes the task (solvability).
 """
 
 from __future__ import annotations
@@ -125,3 +126,41 @@ def task_state(task: Task, with_helper: bool = False) -> State:
     """The task's initial state: the human (agent 0) and optionally the helper (agent 1)."""
     rooms = (task.human_room, task.helper_room) if with_helper else (task.human_room,)
     return initial_state(task.apartment, task.placements, rooms)
+
+
+def scripted_solution(task: Task, walk_metres: float | None = None) -> list:
+    """A plan that completes the task with full knowledge, independent of the human planner
+    (the solvability check): per needed object, walk to it, open its container, grab it, walk
+    to the first target instance, open it, put it. Raises ValueError if the scene lacks
+    enough goal objects."""
+    from jaxtom.household import world
+    walk = world.WALK_METRES if walk_metres is None else walk_metres
+    state = task_state(task)
+    apt = task.apartment
+    target = apt.piece(apt.furniture_of_type(task.goal.target)[0])
+    actions = []
+
+    def act(action):
+        nonlocal state
+        state = world.step(state, 0, action, walk)
+        actions.append(action)
+
+    def go_and_open(piece):
+        while state.agents[0].close_to != piece.id:
+            act(world.walk_to(piece.id))
+        if piece.is_container and piece.id not in state.open:
+            act(world.open_(piece.id))
+
+    for kind, count in task.goal.objects:
+        todo = count - world.count_at_target(state, task.goal, kind)
+        spares = [o for o, (t, loc) in enumerate(zip(state.object_types, state.object_loc))
+                  if t == kind and loc != world.HELD and apt.piece(loc).type != target.type]
+        if len(spares) < todo:
+            raise ValueError(f"{task.goal.render()}: only {len(spares)} {kind} to move, "
+                             f"{todo} needed")
+        for obj in spares[:todo]:
+            go_and_open(apt.piece(state.object_loc[obj]))
+            act(world.grab(obj))
+            go_and_open(target)
+            act(world.put(obj, target))
+    return actions
