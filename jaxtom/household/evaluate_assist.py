@@ -5,12 +5,17 @@ share its layout and task); TFLOPs per episode where a model proposes the partic
 
 `speedups` turns step counts into per-episode speedups; `speedup_row` / `markdown` make the
 table `jaxtom eval` prints; `paired_margin` is the SE-based comparison two helpers' rows rest
-on (per-episode difference of mean speedups).
+on (per-episode difference of mean speedups). `evaluate_helpers(tasks, sources)` runs the
+person alone and with each helper (`assist.run_assisted`), run r of episode e with seed
+(seed, e, r) for every method, and returns the rows; `default_sources()` are the model-free
+rows (oracle, exact posterior, SMC, random goal); a trained policy joins as
+`assist.ModelBelief(propose, name, tflops)`.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -71,4 +76,41 @@ def markdown(rows: list[dict], title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["markdown", "paired_margin", "speedup_row", "speedups"]
+def run_seed(seed: int, episode: int, run: int) -> int:
+    return int(np.random.default_rng([seed, episode, run]).integers(2**31))
+
+
+def default_sources() -> list:
+    from jaxtom.household.assist import SMC, ExactPosterior, Oracle, RandomGoal
+    return [Oracle(), ExactPosterior(), SMC(), RandomGoal()]
+
+
+def evaluate_helpers(tasks, sources=None, *, runs: int = 3, seed: int = 0, cfg=None,
+                     progress: bool = False) -> list[dict]:
+    """Table 1b rows for `sources` (default `default_sources()`) on `tasks` (e.g. the test
+    apartments' episodes' tasks): each helper's speedup over the person alone, with the same
+    run seeds for every method. A source's `tflops` attribute (model-driven helpers: TFLOPs
+    per episode) goes in the TFLOPs column."""
+    from jaxtom.household.assist import AssistConfig, run_assisted
+    cfg = cfg or AssistConfig()
+    sources = default_sources() if sources is None else list(sources)
+    seeds = [[run_seed(seed, e, r) for r in range(runs)] for e in range(len(tasks))]
+    alone = np.array([[run_assisted(task, None, s, cfg)["steps"] for s in row]
+                      for task, row in zip(tasks, seeds)], float)
+    rows = []
+    for source in sources:
+        t0 = time.perf_counter()
+        steps = np.array([[run_assisted(task, source, s, cfg)["steps"] for s in row]
+                          for task, row in zip(tasks, seeds)], float)
+        row = speedup_row(source.name, alone, steps, cfg.max_steps,
+                          getattr(source, "tflops", None))
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+        if progress:
+            print(f"{source.name}: {row['speedup']:.1f} ± {row['speedup_se']:.1f} % "
+                  f"({row['wall_s']:.1f} s)", flush=True)
+    return rows
+
+
+__all__ = ["default_sources", "evaluate_helpers", "markdown", "paired_margin", "run_seed",
+           "speedup_row", "speedups"]
