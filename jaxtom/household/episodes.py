@@ -4,7 +4,8 @@ Public API
 - `Episode`: the `Task` (apartment, goal, placements, start rooms), the human parameters, the
   actions, `states` (T + 1: before each action and the final one) and `beliefs` (T + 1, the
   human's belief in each state, after looking), and `seed`.
-  Properties: `goal`, `apartment`, `length`, `key_steps` (indices of grabs and puts).
+  Properties: `goal`, `apartment`, `human_room`, `length`, `done`, `key_steps` (indices of
+  grabs and puts).
 - `run_human(task, params, seed, max_steps)`: simulate until the goal is done or the budget
   runs out (returns the episode either way; check `episode.done`).
 - `generate_episodes(apartments, n, seed, tasks=MINDZERO_TASKS, params, max_steps=200)`:
@@ -51,6 +52,11 @@ class Episode:
     @property
     def apartment(self) -> Apartment:
         return self.task.apartment
+
+    @property
+    def human_room(self) -> str:
+        """The room the human starts in (at its centre)."""
+        return self.task.human_room
 
     @property
     def length(self) -> int:

@@ -22,7 +22,8 @@ Public API
 - `Observation`, `observe(state, agent, full=False)`: the partial view of O-WAH's
   `_mask_state` (everything in the agent's room except what is directly inside a closed
   container, plus held objects); `full=True` sees everything.
-- `count_at_target(state, goal, kind)`, `progress(state, goal)`, `is_done(state, goal)`: any
+- `count_at_target(state, goal, kind)`, `progress(state, goal)` (type -> (placed, needed)),
+  `satisfied(state, goal)` (placed objects, capped per type), `is_done(state, goal)`: any
   instance of the target type counts (O-WAH `check_progress2`).
 """
 
