@@ -170,7 +170,8 @@ def parse_layout(data: dict, name: str | None = None) -> Apartment:
         if kind not in catalog.ROOMS:
             raise LayoutError(f"{where}: unknown room kind {kind!r}; expected one of "
                               f"{', '.join(catalog.ROOMS)}")
-        rooms.append(Room(str(r.get("name", kind)), kind, _point(_field(r, "center", where), where)))
+        centre = _point(_field(r, "center", where), where)
+        rooms.append(Room(str(r.get("name", kind)), kind, centre))
     names = [r.name for r in rooms]
     if not rooms:
         raise LayoutError(f"{label}: a layout needs at least one room")

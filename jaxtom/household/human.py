@@ -39,7 +39,7 @@ import numpy as np
 
 from jaxtom.household.goals import Goal
 from jaxtom.household.world import (
-    HELD, NOBODY, WAIT, WALK_METRES, Action, Observation, State, legal_actions, observe, open_,
+    HELD, WAIT, WALK_METRES, Action, Observation, State, legal_actions, observe, open_,
     put, walk_to, walk_to_room,
 )
 from jaxtom.household.world import grab as grab_action

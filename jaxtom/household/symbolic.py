@@ -1,7 +1,8 @@
 """The exact symbolic likelihood and posterior over household goals, and a rule-based prior.
 
 The household analogue of `jaxtom.gridworld.inference`: the human's own policy
-(`human.action_distribution`, via `human.action_probability`) replayed along a recorded episode gives
+(`human.action_distribution`, via `human.action_probability`) replayed along a recorded
+episode gives
 `log P(a_1..a_t | goal) = sum_t log max(P(a_t | s_t, b_t, goal), floor)`. The human's belief
 b_t depends on observations only (never on the goal), so the recorded beliefs serve every
 hypothesis and the likelihood is exact for the simulated human. The floor (1e-10, as the

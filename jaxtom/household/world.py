@@ -212,7 +212,6 @@ def _check_close(state, agent: AgentState, fid: int, verb: str):
 def step(state: State, agent: int, action: Action, walk_metres: float = WALK_METRES) -> State:
     """The state after agent `agent` takes `action` (ActionError if a precondition fails)."""
     me = state.agents[agent]
-    apt = state.apartment
     new_me, locs, opened = me, state.object_loc, state.open
     if action.verb == "wait":
         if me.heading is None:

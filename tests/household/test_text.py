@@ -67,7 +67,8 @@ def test_action_strings():
     assert action_text(state, open_(FRIDGE)) == "Human opens the fridge"
     assert action_text(state, grab(0)) == "Human grabs the plate"
     assert action_text(state, put(0, fridge)) == "Human puts the plate in the fridge"
-    assert action_text(state, put(0, APT.piece(TABLE))) == "Human puts the plate on the kitchentable"
+    assert (action_text(state, put(0, APT.piece(TABLE)))
+            == "Human puts the plate on the kitchentable")
     assert action_text(state, WAIT, "Mary") == "Mary waits"
 
 

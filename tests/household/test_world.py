@@ -10,8 +10,8 @@ from jaxtom.household.apartments import (
 )
 from jaxtom.household.goals import Goal
 from jaxtom.household.world import (
-    HELD, WAIT, Action, ActionError, close, grab, initial_state, is_done, legal_actions, observe, open_,
-    progress, put, step, walk_to, walk_to_room,
+    HELD, WAIT, Action, ActionError, close, grab, initial_state, is_done, legal_actions, observe,
+    open_, progress, put, step, walk_to, walk_to_room,
 )
 
 
