@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -212,7 +213,9 @@ def subgoals(state: State, belief: Belief, goal: Goal, params: HumanParams,
                 + _deliver_from(state, loc, targets, params))
         out.append(_Subgoal(cost, _approach(state, me, loc, grab_action(o))))
     if any(available.get(k, 0) < n for k, n in missing.items()):
-        out += _search(state, belief, me, targets, params)
+        key = ("search", agent, targets, belief.seen, belief.visited, params.walk_metres,
+               params.search_penalty)  # frozensets cache their hashes
+        out += _memo(state, key, lambda: _search(state, belief, me, targets, params))
     return out
 
 
@@ -263,13 +266,14 @@ def planner_distribution(state: State, belief: Belief, goal: Goal, params: Human
     if not options:
         return {WAIT: 1.0}
     heading = state.agents[agent].heading
-    costs = np.array([s.cost - (params.commitment if _continues(s.action, heading) else 0.0)
-                      for s in options])
-    weights = np.exp(-(costs - costs.min()) / params.temperature)
-    weights /= weights.sum()
+    costs = [s.cost - (params.commitment if _continues(s.action, heading) else 0.0)
+             for s in options]
+    best = min(costs)
+    weights = [math.exp((best - c) / params.temperature) for c in costs]
+    total = sum(weights)
     out: dict[Action, float] = {}
     for s, w in zip(options, weights):
-        out[s.action] = out.get(s.action, 0.0) + float(w)
+        out[s.action] = out.get(s.action, 0.0) + w / total
     return out
 
 
