@@ -13,7 +13,9 @@ or None to keep the last belief):
 - `SMC`: AutoToM's sequential Monte Carlo (`helper_beliefs.SMCBelief`): refills from proposals
   drawn from the prior restricted to goals consistent with the observed puts, reweights by the
   one-step symbolic likelihood of the human's latest action.
-- `ModelBelief(propose)`: the hook for a trained policy: `propose(ctx) -> [(Goal, p)]`.
+- `ModelBelief(propose)`: the hook for a trained policy: `propose(ctx) -> [(Goal, p)]`;
+  `PolicyBelief(model, codec, observation=...)` is that hook for a jaxtom policy (the training
+  data's prompt, Figure 9 particles parsed leniently, TFLOPs counted per run).
 `ctx` is an `AssistContext` (the task-free view: the states and human actions so far, as an
 `episodes.Episode` via `ctx.episode()` for the prompt renderers). The human's recorded action
 is the one it chose (its intent); when the helper took the object first it had no effect.
@@ -124,6 +126,60 @@ class ModelBelief(BeliefSource):
     def __call__(self, ctx):
         out = self.propose(ctx)
         return normalise(out) if out else None
+
+
+class PolicyBelief(ModelBelief):
+    """A policy model proposing Figure 9 particles at every refresh: the prompt is the
+    training data's observation (`data.get_observation(observation)` on `ctx.episode()` at
+    `ctx.t`), the completion is parsed leniently (`particles.parse_particles`, eval mode); a
+    failed parse keeps the previous belief. `sample(prompt_ids, call) -> token ids` defaults to
+    `jaxtom.sampling.generate` (temperature 0.6 as the public evaluation). `tflops` is
+    2 x active parameters x the mean tokens (prompt + completion) per run, in TFLOPs."""
+
+    def __init__(self, model, codec, *, name: str = "MindZero", observation: str = "compact",
+                 num_particles: int = 10, max_new_tokens: int = 256, temperature: float = 0.6,
+                 seed: int = 0, sample: Callable | None = None):
+        self.propose, self.name = self._propose, name
+        self.model, self.codec, self.observation = model, codec, observation
+        self.num_particles, self.max_new_tokens = num_particles, max_new_tokens
+        self.temperature, self.seed = temperature, seed
+        self.sample = sample or self._generate
+        self.run_tokens: list[int] = []
+        self.calls = 0
+
+    def reset(self, task, rng):
+        self.run_tokens.append(0)
+
+    def _generate(self, prompt_ids, call):
+        import jax
+
+        from jaxtom.sampling import generate
+        key = jax.random.fold_in(jax.random.key(self.seed), call)
+        out = generate(self.model, [prompt_ids], max_new_tokens=self.max_new_tokens,
+                       temperature=self.temperature, key=key, stop=list(self.codec.eos_ids),
+                       pad_id=self.codec.pad_id)
+        return out.sequences()[0]
+
+    def _propose(self, ctx):
+        from jaxtom.household.data import get_observation
+        from jaxtom.household.particles import parse_particles
+        prompt = self.codec.prompt_ids(get_observation(self.observation)(
+            ctx.episode(), ctx.t, self.num_particles))
+        completion = self.sample(prompt, self.calls)
+        self.calls += 1
+        if self.run_tokens:
+            self.run_tokens[-1] += len(prompt) + len(completion)
+        parsed = parse_particles(self.codec.decode(completion), mode="eval",
+                                 num_particles=self.num_particles)
+        return list(zip(parsed.goals, parsed.probs)) if parsed.ok else None
+
+    @property
+    def tflops(self):
+        if not self.run_tokens or self.model is None:
+            return None
+        from jaxtom import flops
+        return flops.inference_tflops(flops.active_params(self.model),
+                                      float(np.mean(self.run_tokens)))
 
 
 # --- the goal space and the symbolic likelihood -----------------------------------------------
@@ -357,5 +413,5 @@ def run_assisted(task: Task, source: BeliefSource | None, seed: int,
 
 
 __all__ = ["AssistConfig", "AssistContext", "BeliefSource", "ExactPosterior", "HelperMemory",
-           "ModelBelief", "Oracle", "RandomGoal", "SMC", "consistent", "delivered_and_held",
+           "ModelBelief", "Oracle", "PolicyBelief", "RandomGoal", "SMC", "consistent", "delivered_and_held",
            "goal_prior", "goal_space", "helper_action", "run_assisted", "step_likelihood"]

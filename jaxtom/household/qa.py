@@ -10,7 +10,7 @@ has too few known instances of, i.e. is searching for):
   inside.
 - 1.2 false belief: the same with no G in C; answer inside.
 - 1.3 long-term: the human opened C earlier while searching for G, found none, and has since
-  walked on to search elsewhere (at least 3 actions later); answer not inside.
+  walked on to search elsewhere (at least 3 actions later, away from C); answer not inside.
 - 2.1 / 2.2 goal given true / false belief: as 1.1 / 1.2, options "trying to get G_u" (the
   unobserved type it is searching for, no instance known) and "G_o" (a type the human does
   not need and knows an instance of, away from the target); answer G_u.
@@ -42,10 +42,10 @@ import numpy as np
 
 from jaxtom.household import catalog, text
 from jaxtom.household.goals import Goal
-from jaxtom.household.human import Belief, action_distribution, needs
+from jaxtom.household.human import Belief, action_distribution, needs, planner_distribution
 from jaxtom.household.qa_answers import accuracy_by_type
 from jaxtom.household.reward import QA_FLOOR, qa_reward
-from jaxtom.household.world import HELD, State, open_
+from jaxtom.household.world import HELD, State, legal_actions, open_
 
 QUESTION_TYPES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3")
 TYPE_NAMES = {"1.1": "true belief", "1.2": "false belief", "1.3": "long-term belief",
@@ -148,9 +148,24 @@ def option_log_likelihoods(episode, q_step: int, qtype: str, options, obj: str =
             g = option_goal(state, belief, episode.goal, obj)
         else:
             b, g = belief, option_goal(state, belief, episode.goal, option)
-        p = action_distribution(state, b, g, episode.params).get(action, 0.0)
+        p = action_probability(state, b, g, action, episode.params)
         out.append(math.log(p) if p > 0 else -math.inf)
     return tuple(out)
+
+
+def action_probability(state: State, belief: Belief, goal: Goal, action, params) -> float:
+    """`human.action_distribution(...)[action]` for a hypothetical belief: the same mixture
+    (1 - eps) planner + eps uniform over legal actions, except that a planner proposal the
+    real state makes illegal (grabbing an object the belief wrongly places here) keeps its
+    mass off the observed, legal action instead of raising."""
+    try:
+        return action_distribution(state, belief, goal, params).get(action, 0.0)
+    except AssertionError:
+        plan = planner_distribution(state, belief, goal, params)
+        legal = legal_actions(state, 0)
+        if action not in legal:
+            return 0.0
+        return (1 - params.epsilon) * plan.get(action, 0.0) + params.epsilon / len(legal)
 
 
 def rewards(questions, choices, floor: float = QA_FLOOR) -> np.ndarray:
@@ -200,7 +215,7 @@ def _candidates(episode) -> dict[str, list[dict]]:
             or (fid >= 0 and apt.piece(fid).is_container and fid not in b_prev.seen)))
         if searching_walk:
             for c, (s0, kinds) in opened.items():
-                if t - 1 - s0 < LONG_TERM_GAP or fid == c:
+                if t - 1 - s0 < LONG_TERM_GAP or fid == c or s_prev.agents[0].close_to == c:
                     continue
                 for kind in kinds:
                     if (kind in look and c in b.seen and not _g_in(s, kind, c)

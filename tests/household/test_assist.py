@@ -121,3 +121,30 @@ def test_speedup_ordering_with_exact_posterior_over_seeds():
         for hi, lo in ((oracle, smc), (exact, rand), (smc, rand)):
             m, se = paired_margin(hi, lo)
             assert m > 2 * se, (seed, hi["method"], lo["method"], m, se)
+
+
+def test_policy_belief_prompts_parses_and_counts_tokens():
+    from jaxtom.household.particles import format_particles
+    task = _tasks()[2]
+
+    class Codec:
+        eos_ids, pad_id = (0,), 0
+
+        def prompt_ids(self, text):
+            assert text.startswith("n=3 | has ")  # the compact training observation
+            return [1] * 7
+
+        def decode(self, ids):
+            return "".join(chr(i) for i in ids)
+
+    calls = []
+
+    def sample(prompt, call):
+        calls.append(call)
+        text = "junk" if call == 0 else format_particles([task.goal], [1.0])
+        return [ord(c) for c in text]
+
+    src = assist.PolicyBelief(None, Codec(), num_particles=3, sample=sample)
+    out = assist.run_assisted(task, src, seed=1)
+    assert out["done"] and calls[:2] == [0, 1] and src.run_tokens[0] > 7 * len(calls)
+    assert src.tflops is None  # no model, no count

@@ -119,3 +119,25 @@ def test_question_text():
         assert qa.render_question("compact", ep, q) == line
     with pytest.raises(ValueError):
         qa.render_question("image", episodes[0], qs[0])
+
+
+def test_option_likelihood_survives_a_belief_the_state_contradicts():
+    """'A G is inside C' while the human stands at the open C: the planner proposes grabbing
+    an object that is not there; the option's likelihood is still defined."""
+    episodes, _ = _qa_set()
+    for ep in episodes:
+        for t in range(1, ep.length):
+            a = ep.actions[t - 1]
+            if a.verb != "open":
+                continue
+            s, b, c = ep.states[t], ep.beliefs[t], a.furniture
+            kinds = [k for k in qa.catalog.GOAL_OBJECT_TYPES if k in s.object_types
+                     and not any(s.object_types[o] == k for o in s.contents[c])]
+            fake = qa.belief_with(s, b, kinds[0], c, True)
+            goal = qa.option_goal(s, b, ep.goal, kinds[0])
+            with pytest.raises(AssertionError):
+                action_distribution(s, fake, goal, ep.params)
+            p = qa.action_probability(s, fake, goal, ep.actions[t], ep.params)
+            assert 0 < p <= 1
+            return
+    pytest.fail("no episode opens a container")
