@@ -13,14 +13,17 @@ concatenated, so an option's tokens never depend on the prompt's last characters
 normalised-over-options score AutoToM uses (the public code's P(A) / (P(A) + P(B))).
 
 Backends
-  * `ModelScorer(model, tokenizer, chat=...)`: any loaded jaxtom `Decoder`. Queries are
-    batched with right padding into bucketed shapes (rows: powers of two up to
-    `rows_per_call`; length: powers of two from `min_length`; scored width: powers of two), one
-    jitted forward per shape, so same-shaped batches never recompile (`compiles` counts
-    traces). Queries whose options are all single tokens (letters) use one row per query (the
-    next-token distribution after the prompt); others use one row per option. With
-    `chat=True` the prompt is sent as one user message through the tokenizer's chat template
-    (`chat_options`, e.g. enable_thinking=False), as a chat server would render it.
+  * `ModelScorer(model, tokenizer, chat=...)`: any loaded jaxtom `Decoder`. Queries whose
+    options are all single tokens (letters) take one row (the next-token distribution after
+    the prompt); others one row per option. Rows are batched with right padding into bucketed
+    shapes (powers of two: rows up to `rows_per_call`, lengths from `min_length`, scored
+    positions), one jitted forward per shape, so same-shaped batches never recompile
+    (`compiles` counts traces, `tokens_run` the positions computed). By default
+    (`share_prefix`) rows whose prompts share a long token prefix (a sample's hypotheses after
+    the same state and history; a prompt's options) prefill that prefix once into a KV cache
+    and run only their own tokens on top of it. With `chat=True` the prompt is one user
+    message through the tokenizer's chat template (`chat_options`, e.g.
+    enable_thinking=False), as a chat server would render it.
   * `HTTPScorer(base_url, model, mode=...)`: an OpenAI-compatible server (vLLM).
     `mode="completions"`: `/completions` with `echo` and `logprobs`, one request per query
     holding every `prompt + option` text, the option's tokens found by their text offsets
@@ -111,60 +114,83 @@ def _bucket(n: int, lo: int, hi: int | None = None) -> int:
 
 
 # ---- jaxtom model ----------------------------------------------------------------------
+@dataclasses.dataclass
+class _Row:
+    """One model row: `tokens` (prompt, then option tokens for a multi-token option);
+    `pred[k]` is the position whose next-token distribution scores `targets[k]`, which adds
+    to option `opts[k]` of query `query`."""
+    query: int
+    prompt_len: int
+    tokens: list[int]
+    pred: list[int]
+    targets: list[int]
+    opts: list[int]
+
+
 class ModelScorer:
     """Option log-probs under a loaded jaxtom decoder (see the module docstring).
 
-    `max_len` caps the context (default: the model's `max_position_embeddings`).
+    `max_len` caps the context (default: the model's `max_position_embeddings`). The
+    parameters are a snapshot taken here: assign `scorer.params = nnx.state(model)` to follow
+    a model that trains. With `share_prefix` (default) the prompts of one call are grouped by
+    common token prefixes (at least `min_shared` tokens, e.g. one sample's goal hypotheses
+    after the same state and history, or one prompt's options); each group's prefix is
+    prefilled once into a KV cache and only the rest of each row is run on top of it.
     """
 
     def __init__(self, model, tokenizer, *, chat: bool = False, chat_options: dict | None = None,
-                 rows_per_call: int = 32, min_length: int = 32, max_len: int | None = None):
+                 rows_per_call: int = 32, min_length: int = 32, max_len: int | None = None,
+                 share_prefix: bool = True, min_shared: int = 32):
         import jax
         from flax import nnx
 
-        if rows_per_call < 1 or min_length < 1:
-            raise ValueError(f"rows_per_call and min_length must be >= 1, got {rows_per_call}, "
-                             f"{min_length}")
+        if rows_per_call < 1 or min_length < 1 or min_shared < 1:
+            raise ValueError(f"rows_per_call, min_length and min_shared must be >= 1, got "
+                             f"{rows_per_call}, {min_length}, {min_shared}")
         self.tokenizer = tokenizer
         self.chat = chat
         self.chat_options = dict(chat_options or {})
         self.rows_per_call = int(rows_per_call)
         self.min_length = int(min_length)
+        self.share_prefix = share_prefix
+        self.min_shared = int(min_shared)
+        self.config = model.config
         limit = model.config.max_position_embeddings
         self.max_len = int(min(max_len or limit, limit))
         self.graphdef, self.params = nnx.split(model)
-        self.compiles = 0  # traces of either jitted function (one per new shape)
-        self._rows = jax.jit(self._row_logprobs, static_argnames=("width",))
-        self._next = jax.jit(self._next_logprobs)
+        self.compiles = 0  # traces of the jitted forwards (one per new bucketed shape)
+        self.tokens_run = 0  # token positions run through the model (padding included)
+        self._full = jax.jit(self._full_logprobs)
+        self._shared = jax.jit(self._shared_logprobs, static_argnames=("slots",))
 
-    # jitted bodies: a Python counter increments only while tracing
-    def _row_logprobs(self, params, tokens, scored, width):
-        import jax.numpy as jnp
-        from flax import nnx
-
-        from jaxtom.rl.logprobs import token_logprobs_from_hidden
-
-        self.compiles += 1
-        model = nnx.merge(self.graphdef, params)
-        hidden = model(tokens, return_hidden=True)
-        head, axis = model.head_weight()
-        lp, _ = token_logprobs_from_hidden(hidden, head, tokens, vocab_axis=axis,
-                                           scored=scored, width=width)
-        return jnp.sum(lp, axis=1)
-
-    def _next_logprobs(self, params, tokens, last, option_ids):
-        import jax
-        import jax.numpy as jnp
+    # jitted bodies: the Python counter increments only while tracing
+    def _full_logprobs(self, params, tokens, pred, targets):
+        """[R, W] log p(targets | tokens[: pred + 1]) from one full forward."""
         from flax import nnx
 
         self.compiles += 1
         model = nnx.merge(self.graphdef, params)
         hidden = model(tokens, return_hidden=True)
-        h = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
+        h = _take_rows(hidden, pred)
         head, axis = model.head_weight()
-        logits = (h @ (head.T if axis == 0 else head).astype(h.dtype)).astype(jnp.float32)
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        return jnp.take_along_axis(logp, option_ids, axis=1)
+        return _gather_logprobs(h, head.T if axis == 0 else head, targets)
+
+    def _shared_logprobs(self, params, prefix, group, starts, suffix, pred, targets, slots):
+        """[R, W] log-probs with each row's prefix (row `group[r]` of `prefix`, `starts[r]`
+        tokens long) prefilled once into a KV cache of `slots` slots; `pred` indexes `suffix`."""
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from jaxtom.models.decoder import KVCache
+
+        self.compiles += 1
+        model = nnx.merge(self.graphdef, params)
+        cache = KVCache.zeros(self.config, prefix.shape[0], slots)
+        _, cache = model.forward_cached(prefix, cache, jnp.zeros(prefix.shape[0], jnp.int32))
+        rows = KVCache(cache.k[:, group], cache.v[:, group])
+        logits, _ = model.forward_cached(suffix, rows, starts)
+        picked = _take_rows(logits, pred)
+        return _gather_logprobs(picked, None, targets)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's token ids (through the chat template when `chat`)."""
@@ -174,9 +200,8 @@ class ModelScorer:
                 **self.chat_options)
         return list(self.tokenizer.encode(prompt))
 
-    def option_logprobs(self, queries: Sequence[OptionQuery]) -> list[np.ndarray]:
-        queries = check_queries(queries)
-        single, multi = [], []  # (query index, prompt ids, option ids)
+    def _rows(self, queries: list[OptionQuery]) -> list[_Row]:
+        rows = []
         for i, q in enumerate(queries):
             p = self.prompt_ids(q.prompt)
             opts = [list(self.tokenizer.encode(o)) for o in q.options]
@@ -187,63 +212,135 @@ class ModelScorer:
                     raise ValueError(f"query {i}: prompt ({len(p)} tokens) plus option {j} "
                                      f"({len(o)} tokens) exceeds the model's context of "
                                      f"{self.max_len} tokens")
-            (single if all(len(o) == 1 for o in opts) else multi).append((i, p, opts))
-        out: list[np.ndarray | None] = [None] * len(queries)
-        self._score_single(single, out)
-        self._score_multi(multi, out)
-        return out  # type: ignore[return-value]
-
-    def _chunks(self, rows):
-        """Rows sorted by length, in chunks of at most rows_per_call."""
-        order = sorted(range(len(rows)), key=lambda k: len(rows[k]))
-        for lo in range(0, len(order), self.rows_per_call):
-            yield order[lo:lo + self.rows_per_call]
-
-    def _score_single(self, items, out):
-        if not items:
-            return
-        rows = [p for _, p, _ in items]
-        for chunk in self._chunks(rows):
-            B = _bucket(len(chunk), 1, self.rows_per_call)
-            T = _bucket(max(len(rows[k]) for k in chunk), self.min_length, self.max_len)
-            K = _bucket(max(len(items[k][2]) for k in chunk), 2)
-            tokens = np.zeros((B, T), np.int32)
-            last = np.zeros(B, np.int32)
-            ids = np.zeros((B, K), np.int32)
-            for r, k in enumerate(chunk):
-                tokens[r, :len(rows[k])] = rows[k]
-                last[r] = len(rows[k]) - 1
-                ids[r, :len(items[k][2])] = [o[0] for o in items[k][2]]
-            lp = np.asarray(self._next(self.params, tokens, last, ids), np.float64)
-            for r, k in enumerate(chunk):
-                out[items[k][0]] = lp[r, :len(items[k][2])].copy()
-
-    def _score_multi(self, items, out):
-        rows, where = [], []  # full token rows and (item, option) they score
-        for n, (_, p, opts) in enumerate(items):
+            if all(len(o) == 1 for o in opts):  # letters: one next-token distribution
+                rows.append(_Row(i, len(p), p, [len(p) - 1] * len(opts), [o[0] for o in opts],
+                                 list(range(len(opts)))))
+                continue
             for j, o in enumerate(opts):
-                rows.append((p, o))
-                where.append((n, j))
-        if not rows:
-            return
-        results = [np.zeros(len(opts)) for _, _, opts in items]
-        lengths = [p + o for p, o in rows]
-        for chunk in self._chunks(lengths):
+                rows.append(_Row(i, len(p), p + o, list(range(len(p) - 1, len(p) + len(o) - 1)),
+                                 o, [j] * len(o)))
+        return rows
+
+    def option_logprobs(self, queries: Sequence[OptionQuery]) -> list[np.ndarray]:
+        queries = check_queries(queries)
+        rows = self._rows(queries)
+        out = [np.zeros(len(q.options)) for q in queries]
+        run = self._run_shared if self.share_prefix else self._run_full
+        for chunk, logp in run(rows):
+            for row, lp in zip(chunk, logp):
+                np.add.at(out[row.query], row.opts, lp[:len(row.opts)])
+        return out
+
+    def _run_full(self, rows: list[_Row]):
+        order = sorted(range(len(rows)), key=lambda k: len(rows[k].tokens))
+        for lo in range(0, len(order), self.rows_per_call):
+            chunk = [rows[k] for k in order[lo:lo + self.rows_per_call]]
             B = _bucket(len(chunk), 1, self.rows_per_call)
-            T = _bucket(max(len(lengths[k]) for k in chunk), self.min_length, self.max_len)
-            W = _bucket(max(len(rows[k][1]) for k in chunk), 1, T)
-            tokens = np.zeros((B, T), np.int32)
-            scored = np.zeros((B, T), bool)
-            for r, k in enumerate(chunk):
-                p, o = rows[k]
-                tokens[r, :len(p) + len(o)] = p + o
-                scored[r, len(p):len(p) + len(o)] = True
-            lp = np.asarray(self._rows(self.params, tokens, scored, width=W), np.float64)
-            for r, k in enumerate(chunk):
-                n, j = where[k]
-                results[n][j] = lp[r]
-        for (i, _, _), res in zip(items, results):
-            out[i] = res
+            T = _bucket(max(len(r.tokens) for r in chunk), self.min_length, self.max_len)
+            tokens = _pad([r.tokens for r in chunk], B, T)
+            pred, targets = self._pred_targets(chunk, B, [0] * len(chunk))
+            self.tokens_run += B * T
+            yield chunk, np.asarray(self._full(self.params, tokens, pred, targets), np.float64)
+
+    def _groups(self, rows: list[_Row]) -> list[tuple[int, list[_Row]]]:
+        """(prefix length, rows) groups of at most `rows_per_call` rows. Rows are sorted by
+        prompt and a row joins the previous group when their prompts share at least
+        `min_shared` tokens (or the whole shorter prompt) and shrinking the group's prefix to
+        the shared part costs less than the row's own prefill. A prefix stops before each
+        prompt's last token, whose output scores the first option token."""
+        order = sorted(rows, key=lambda r: r.tokens[:r.prompt_len])
+        groups: list[list] = []
+        for r in order:
+            prompt = r.tokens[:r.prompt_len]
+            if groups:
+                pre, members = groups[-1]
+                shared = _common_prefix(pre, prompt)
+                lost = (len(members) - 1) * (len(pre) - shared)
+                if shared >= max(1, min(self.min_shared, len(prompt) - 1, len(pre))) \
+                        and lost < shared:
+                    groups[-1][0] = prompt[:shared]
+                    members.append(r)
+                    continue
+            groups.append([prompt, [r]])
+        out = []
+        for pre, members in groups:
+            n = min(len(pre), *(r.prompt_len - 1 for r in members))
+            for lo in range(0, len(members), self.rows_per_call):
+                out.append((n, members[lo:lo + self.rows_per_call]))
+        return out
+
+    def _run_shared(self, rows: list[_Row]):
+        groups = self._groups(rows)
+        chunk_groups: list = []
+        for g in groups + [None]:
+            size = sum(len(m) for _, m in chunk_groups)
+            if g is None or (chunk_groups and size + len(g[1]) > self.rows_per_call):
+                if chunk_groups:
+                    yield from self._shared_chunk(chunk_groups)
+                chunk_groups = []
+            if g is not None:
+                chunk_groups.append(g)
+
+    def _shared_chunk(self, groups):
+        chunk = [r for _, members in groups for r in members]
+        G = _bucket(len(groups), 1, self.rows_per_call)
+        B = _bucket(len(chunk), 1, self.rows_per_call)
+        P = _bucket(max(n for n, _ in groups), 1)
+        lengths = [n for n, members in groups for _ in members]
+        S_suffix = _bucket(max(len(r.tokens) - n for r, n in zip(chunk, lengths)), 1)
+        slots = _bucket(max(P, max(lengths) + S_suffix), self.min_length)
+        prefix = _pad([members[0].tokens[:n] for n, members in groups], G, P)
+        group = np.zeros(B, np.int32)
+        group[:len(chunk)] = [g for g, (_, members) in enumerate(groups) for _ in members]
+        starts = np.zeros(B, np.int32)
+        starts[:len(chunk)] = lengths
+        suffix = _pad([r.tokens[n:] for r, n in zip(chunk, lengths)], B, S_suffix)
+        pred, targets = self._pred_targets(chunk, B, lengths)
+        self.tokens_run += G * P + B * S_suffix
+        yield chunk, np.asarray(self._shared(self.params, prefix, group, starts, suffix, pred,
+                                             targets, slots=slots), np.float64)
+
+    @staticmethod
+    def _pred_targets(chunk: list[_Row], B: int, offsets: list[int]):
+        W = _bucket(max(len(r.pred) for r in chunk), 1)
+        pred = np.zeros((B, W), np.int32)
+        targets = np.zeros((B, W), np.int32)
+        for b, (r, off) in enumerate(zip(chunk, offsets)):
+            pred[b, :len(r.pred)] = np.asarray(r.pred) - off
+            targets[b, :len(r.targets)] = r.targets
+        return pred, targets
+
+
+def _pad(seqs: list[list[int]], rows: int, length: int) -> np.ndarray:
+    out = np.zeros((rows, length), np.int32)
+    for b, s in enumerate(seqs):
+        out[b, :len(s)] = s
+    return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for k in range(n):
+        if a[k] != b[k]:
+            return k
+    return n
+
+
+def _take_rows(x, pred):
+    """x [R, T, D] at positions pred [R, W] -> [R, W, D]."""
+    import jax.numpy as jnp
+
+    return jnp.take_along_axis(x, pred[..., None], axis=1)
+
+
+def _gather_logprobs(h, head, targets):
+    """log_softmax(h @ head) (or of h itself when head is None) at `targets` [R, W]."""
+    import jax
+    import jax.numpy as jnp
+
+    logits = h if head is None else h @ head.astype(h.dtype)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
 
 # ---- OpenAI-compatible HTTP --------------------------------------------------------------

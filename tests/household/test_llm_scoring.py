@@ -93,7 +93,7 @@ def test_model_scorer_matches_transformers(checkpoints, name, chat):
 
 def test_same_shaped_batches_do_not_recompile(tiny):
     tok, _, model = tiny
-    scorer = ModelScorer(model, tok, rows_per_call=4, min_length=128)
+    scorer = ModelScorer(model, tok, rows_per_call=4, min_length=128, share_prefix=False)
     scorer.option_logprobs([OptionQuery(p, ("A", "B")) for p in PROMPTS[:3]])
     first = scorer.compiles
     assert first == 1
@@ -105,6 +105,30 @@ def test_same_shaped_batches_do_not_recompile(tiny):
     # a batch larger than rows_per_call is chunked into the same shape
     scorer.option_logprobs([OptionQuery(PROMPTS[i % 4], ("A", "B")) for i in range(8)])
     assert scorer.compiles == first
+
+
+def hypotheses(context, n=6):
+    """One sample's questions: a shared context, then one goal each (as llm_prompts builds)."""
+    return [OptionQuery(f"{context} Goal: put {k} plate to the kitchentable. Answer:",
+                        (" A", " B")) for k in range(1, n + 1)]
+
+
+def test_shared_prefix_equals_full_rows_with_less_work(tiny):
+    tok, _, model = tiny
+    context = " ".join(PROMPTS * 2)
+    queries = hypotheses(context) + [OptionQuery(context + " Which?", OPTIONS[1])]
+    shared = ModelScorer(model, tok, rows_per_call=16, min_length=16, min_shared=16)
+    full = ModelScorer(model, tok, rows_per_call=16, min_length=16, share_prefix=False)
+    a, b = shared.option_logprobs(queries), full.option_logprobs(queries)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, atol=1e-4, rtol=0)
+    assert shared.tokens_run < full.tokens_run / 2, (shared.tokens_run, full.tokens_run)
+    # another sample of the same shape: no new program
+    compiles = shared.compiles
+    shared.option_logprobs(hypotheses(context.replace("Human", "Mary"))
+                           + [OptionQuery(context.replace("Human", "Mary") + " Which?",
+                                          OPTIONS[1])])
+    assert shared.compiles == compiles
 
 
 def test_model_scorer_bad_input(tiny):
