@@ -44,7 +44,8 @@ from jaxtom.household.helper_beliefs import (
     Commitment, GnPConfig, Particles, SMCBelief, SMCConfig, gnp_decide, normalise, random_goal,
 )
 from jaxtom.household.human import (
-    HumanParams, action_distribution, initial_belief, sample_action, update_belief,
+    HumanParams, action_distribution, action_probability, initial_belief, sample_action,
+    update_belief,
 )
 from jaxtom.household.tasks import Task, task_state
 from jaxtom.household.world import (
@@ -200,8 +201,8 @@ def goal_prior(goals: list[Goal]) -> np.ndarray:
 def step_likelihood(ctx: AssistContext, goal: Goal, t: int | None = None) -> float:
     """P(the human's t-th action | goal, state_t, belief_t) (default: the latest)."""
     t = ctx.t - 1 if t is None else t
-    dist = action_distribution(ctx.states[t], ctx.beliefs[t], goal, ctx.params, HUMAN)
-    return dist.get(ctx.human_actions[t], 0.0)
+    return action_probability(ctx.states[t], ctx.beliefs[t], goal, ctx.human_actions[t],
+                              ctx.params, HUMAN)
 
 
 def consistent(goal: Goal, puts: list[tuple[str, str]]) -> bool:

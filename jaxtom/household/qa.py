@@ -23,7 +23,9 @@ its belief leaves a G possible in C (C not looked into, or a G known there), a g
 which option it still needs. The SSRL reward (`option_log_likelihoods`, `rewards`) is
 `log max(P(last action | the chosen option's belief and goal), 1e-7)` from the human's exact
 action distribution (`human.action_distribution`) under the option: goal = the option's (or
-the premise's) type, one more instance than the human believes is at the task's target; belief = the human's own, with
+the premise's) type, one more instance than the human believes is at the task's target
+(`human.action_probability`: a planner proposal the real state makes illegal, e.g. grabbing an
+object the option's belief wrongly places here, keeps its mass off the observed action); belief = the human's own, with
 "inside C" as a G it has not seen placed in C and "not inside C" as C looked into with no G.
 No answer label enters it.
 
@@ -42,10 +44,10 @@ import numpy as np
 
 from jaxtom.household import catalog, text
 from jaxtom.household.goals import Goal
-from jaxtom.household.human import Belief, action_distribution, needs, planner_distribution
+from jaxtom.household.human import Belief, action_probability, needs
 from jaxtom.household.qa_answers import accuracy_by_type
 from jaxtom.household.reward import QA_FLOOR, qa_reward
-from jaxtom.household.world import HELD, State, legal_actions, open_
+from jaxtom.household.world import HELD, State, open_
 
 QUESTION_TYPES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3")
 TYPE_NAMES = {"1.1": "true belief", "1.2": "false belief", "1.3": "long-term belief",
@@ -151,21 +153,6 @@ def option_log_likelihoods(episode, q_step: int, qtype: str, options, obj: str =
         p = action_probability(state, b, g, action, episode.params)
         out.append(math.log(p) if p > 0 else -math.inf)
     return tuple(out)
-
-
-def action_probability(state: State, belief: Belief, goal: Goal, action, params) -> float:
-    """`human.action_distribution(...)[action]` for a hypothetical belief: the same mixture
-    (1 - eps) planner + eps uniform over legal actions, except that a planner proposal the
-    real state makes illegal (grabbing an object the belief wrongly places here) keeps its
-    mass off the observed, legal action instead of raising."""
-    try:
-        return action_distribution(state, belief, goal, params).get(action, 0.0)
-    except AssertionError:
-        plan = planner_distribution(state, belief, goal, params)
-        legal = legal_actions(state, 0)
-        if action not in legal:
-            return 0.0
-        return (1 - params.epsilon) * plan.get(action, 0.0) + params.epsilon / len(legal)
 
 
 def rewards(questions, choices, floor: float = QA_FLOOR) -> np.ndarray:

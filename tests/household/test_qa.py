@@ -37,7 +37,7 @@ import math
 from jaxtom.household import qa
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
-from jaxtom.household.human import action_distribution
+from jaxtom.household.human import action_distribution, action_probability
 from jaxtom.household.world import open_
 
 
@@ -137,7 +137,7 @@ def test_option_likelihood_survives_a_belief_the_state_contradicts():
             goal = qa.option_goal(s, b, ep.goal, kinds[0])
             with pytest.raises(AssertionError):
                 action_distribution(s, fake, goal, ep.params)
-            p = qa.action_probability(s, fake, goal, ep.actions[t], ep.params)
+            p = action_probability(s, fake, goal, ep.actions[t], ep.params)
             assert 0 < p <= 1
             return
     pytest.fail("no episode opens a container")
