@@ -281,7 +281,10 @@ def action_distribution(state: State, belief: Belief, goal: Goal,
                         params: HumanParams = HumanParams(), agent: int = 0
                         ) -> dict[Action, float]:
     """Exact P(action | state, belief, goal): (1 - eps) planner + eps uniform over legal
-    actions. Keys are sorted; probabilities sum to 1."""
+    actions. Keys are sorted; probabilities sum to 1. A belief that contradicts the state (a
+    counterfactual one) can make the planner propose an action the state forbids: that raises
+    AssertionError here, while `action_probability` leaves the proposal's mass unassigned.
+    The human's own recorded beliefs never do this."""
     legal = _memo(state, ("legal", agent), lambda: legal_actions(state, agent))
     plan = planner_distribution(state, belief, goal, params, agent)
     eps = params.epsilon
