@@ -95,3 +95,29 @@ def test_a_tiny_model_answers_through_evaluate_model():
     assert tables["planner's own belief"]["overall"][0] == 1.0
     text = qa.markdown(tables)
     assert "random init (greedy)" in text and "1.1 true belief" in text
+
+
+@pytest.mark.slow  # sampler + update compiles
+def test_two_ssrl_steps_on_the_trainer(tmp_path):
+    """QA SSRL on the one trainer: 2 GRPO steps of a tiny decoder on compact questions, the
+    label-free reward logged."""
+    import json
+
+    from jaxtom import rl
+    from jaxtom.models import ModelConfig, init_decoder
+    from jaxtom.rl.trainer import Trainer
+    episodes, qs = _set()
+    cfg = ModelConfig(family="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64,
+                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, qk_norm=True,
+                      max_position_embeddings=128)
+    model = init_decoder(cfg, seed=0)
+    tcfg = TrainerConfig(workdir=str(tmp_path), total_steps=2, group_size=4, prompts_per_step=2,
+                         max_new_tokens=2, row_len=32, checkpoint_every=2, progress=False)
+    prompts = qa_ssrl.QAPrompts("compact", _Codec(), episodes, qs)
+    trainer = Trainer(model, qa_ssrl.question_tasks(qs),
+                      qa_ssrl.QARollout(tcfg, _Codec(), prompts, mirror=True),
+                      rl.StepConfig(learning_rate=1e-3, total_steps=2, kl_coef=0.0), tcfg)
+    trainer.run()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(np.isfinite(r["reward_mean"]) and 0 <= r["valid"] <= 1 for r in rows)
