@@ -204,6 +204,8 @@ class ModelScorer:
         rows = []
         for i, q in enumerate(queries):
             p = self.prompt_ids(q.prompt)
+            if not p:
+                raise ValueError(f"query {i}: the prompt has no tokens")
             opts = [list(self.tokenizer.encode(o)) for o in q.options]
             for j, o in enumerate(opts):
                 if not o:
