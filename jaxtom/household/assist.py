@@ -415,4 +415,11 @@ def run_assisted(task: Task, source: BeliefSource | None, seed: int,
 
 __all__ = ["AssistConfig", "AssistContext", "BeliefSource", "ExactPosterior", "HelperMemory",
            "ModelBelief", "Oracle", "PolicyBelief", "RandomGoal", "SMC", "consistent", "delivered_and_held",
-           "goal_prior", "goal_space", "helper_action", "run_assisted", "step_likelihood"]
+           "evaluate_run_assistance", "goal_prior", "goal_space", "helper_action", "run_assisted",
+           "step_likelihood"]
+
+
+def evaluate_run_assistance(cfg, models: dict, test) -> dict:
+    """`household.evaluate`'s hook: see `evaluate_assist.evaluate_run_assistance`."""
+    from jaxtom.household.evaluate_assist import evaluate_run_assistance as run
+    return run(cfg, models, test)

@@ -112,5 +112,35 @@ def evaluate_helpers(tasks, sources=None, *, runs: int = 3, seed: int = 0, cfg=N
     return rows
 
 
-__all__ = ["default_sources", "evaluate_helpers", "markdown", "paired_margin", "run_seed",
+def evaluate_run_assistance(cfg, models: dict, test) -> dict:
+    """`jaxtom eval`'s Table 1b for a household run (the hook `household.evaluate` calls as
+    `assist.evaluate_run_assistance`): the person alone and with the model-free helpers and
+    one `assist.PolicyBelief` per model in `models` (name -> (model, codec)) on the held-out
+    episodes' tasks (`eval.assist_episodes` of them, 0: all), `len(eval.seeds)` runs each,
+    the person as the run's data made it (`household.observability`). {} when
+    `eval.assistance` is off."""
+    from jaxtom.household import data as hd
+    from jaxtom.household.assist import AssistConfig, PolicyBelief
+    e_cfg, d = cfg.mindzero.eval, cfg.mindzero.data
+    if not e_cfg.assistance:
+        return {}
+    episodes = list(test)[:e_cfg.assist_episodes or None]
+    human = hd.human_params(cfg)
+    run_cfg = AssistConfig(max_steps=d.max_steps, human=human)
+    sources = default_sources() + [
+        PolicyBelief(model, codec, name=name, observation=d.observation,
+                     num_particles=d.num_particles, max_new_tokens=cfg.trainer.max_new_tokens,
+                     temperature=e_cfg.temperature, seed=cfg.trainer.seed)
+        for name, (model, codec) in models.items()]
+    rows = evaluate_helpers([ep.task for ep in episodes], sources, runs=len(e_cfg.seeds),
+                            seed=cfg.trainer.seed, cfg=run_cfg)
+    view = "full" if human.full_observation else "partial"
+    title = (f"Household proactive assistance (Table 1b protocol) on {len(episodes)} held-out "
+             f"episodes x {len(e_cfg.seeds)} runs, the person with {view} observation: speedup "
+             "= T_human / T_collab - 1, failed runs excluded; mean ± SE over episodes; TFLOPs "
+             "per run for model-driven helpers.")
+    return {"assistance": rows, "assistance_markdown": markdown(rows, title)}
+
+
+__all__ = ["default_sources", "evaluate_run_assistance", "evaluate_helpers", "markdown", "paired_margin", "run_seed",
            "speedup_row", "speedups"]

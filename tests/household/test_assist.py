@@ -148,3 +148,30 @@ def test_policy_belief_prompts_parses_and_counts_tokens():
     out = assist.run_assisted(task, src, seed=1)
     assert out["done"] and calls[:2] == [0, 1] and src.run_tokens[0] > 7 * len(calls)
     assert src.tflops is None  # no model, no count
+
+
+def _run_cfg(**eval_kw):
+    from types import SimpleNamespace as NS
+    e = dict(assistance=True, assist_episodes=1, seeds=(10, 20), temperature=0.0,
+             qa_episodes=2)
+    e.update(eval_kw)
+    return NS(mindzero=NS(eval=NS(**e), data=NS(max_steps=200, observation="compact",
+                                                num_particles=3),
+                          household=NS(observability="full")),
+              trainer=NS(max_new_tokens=2, seed=0))
+
+
+def test_eval_hooks_give_tables_one_b_and_four_b(monkeypatch):
+    from jaxtom.household import evaluate_assist, qa
+    monkeypatch.setattr(evaluate_assist, "default_sources",  # the exact posterior is slow
+                        lambda: [assist.Oracle(), assist.RandomGoal()])
+    test = generate_episodes(apartments(TEST_APARTMENTS), 2, seed=5)
+    out = assist.evaluate_run_assistance(_run_cfg(), {}, test)
+    assert [r["method"] for r in out["assistance"]][0] == "oracle (true goal)"
+    assert all(r["runs"] == 2 for r in out["assistance"])
+    assert "| oracle (true goal) |" in out["assistance_markdown"]
+    assert assist.evaluate_run_assistance(_run_cfg(assistance=False), {}, test) == {}
+    out = qa.evaluate_run_qa(_run_cfg(), {}, test)
+    assert out["qa"]["planner's own belief"]["overall"][0] == 1.0
+    assert "| random answerer |" in out["qa_markdown"]
+    assert qa.evaluate_run_qa(_run_cfg(qa_episodes=0), {}, test) == {}
