@@ -129,7 +129,9 @@ def test_llm_scored_ssrl_runs_two_grpo_steps(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ht, "option_scorer", option_scorer)
     _mix_in_teacher_completions(monkeypatch)
+    # the stand-in's BPE (trained on other text) spells a teacher completion in ~280 tokens
     cfg = _micro(tmp_path / "run", f"model.path={standin}", "mindzero.warmup.steps=0",
+                 "trainer.max_new_tokens=320",
                  "mindzero.household.likelihood=llm", "mindzero.household.prior=llm",
                  "mindzero.household.scorer=reference")
     out = ht.train(cfg, progress=False)
