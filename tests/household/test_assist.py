@@ -175,3 +175,27 @@ def test_eval_hooks_give_tables_one_b_and_four_b(monkeypatch):
     assert out["qa"]["planner's own belief"]["overall"][0] == 1.0
     assert "| random answerer |" in out["qa_markdown"]
     assert qa.evaluate_run_qa(_run_cfg(qa_episodes=0), {}, test) == {}
+
+
+@pytest.mark.slow  # sampler compiles
+def test_policy_belief_with_a_tiny_decoder():
+    from jaxtom.models import ModelConfig, init_decoder
+
+    class Codec:
+        eos_ids, pad_id = (0,), 0
+
+        def prompt_ids(self, text):
+            return [1 + (ord(c) % 60) for c in text]
+
+        def decode(self, ids):
+            return "".join(chr(32 + int(i) % 90) for i in ids if int(i))
+
+    cfg = ModelConfig(family="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64,
+                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, qk_norm=True,
+                      max_position_embeddings=512)
+    src = assist.PolicyBelief(init_decoder(cfg, seed=0), Codec(), num_particles=3,
+                              max_new_tokens=4)
+    task = _tasks()[0]
+    out = assist.run_assisted(task, src, seed=0, cfg=assist.AssistConfig(max_steps=40))
+    assert src.calls > 0 and src.tflops > 0  # queried; junk completions keep no belief
+    assert out["refreshes"] == 0
