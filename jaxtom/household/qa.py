@@ -226,8 +226,8 @@ def _candidates(episode) -> dict[str, list[dict]]:
 
 
 def make_questions(episodes, seed: int = 0, per_type: int = 1) -> list[Question]:
-    """Up to `per_type` questions of each type per episode (at distinct random candidate
-    steps), options in random order; deterministic in `seed`."""
+    """Up to `per_type` questions of each type per episode (distinct random candidates),
+    options in random order; deterministic in `seed`."""
     out = []
     for e, episode in enumerate(episodes):
         rng = np.random.default_rng([seed, e])
