@@ -24,8 +24,8 @@ Backends
     and run only their own tokens on top of it. With `chat=True` the prompt is one user
     message through the tokenizer's chat template (`chat_options`, e.g.
     enable_thinking=False), as a chat server would render it.
-  * `HTTPScorer(base_url, model, mode=...)`: an OpenAI-compatible server (vLLM).
-    `mode="completions"`: `/completions` with `echo` and `logprobs`, one request per query
+  * `HTTPScorer(base_url, model, mode=...)` (module `llm_scoring_http`, re-exported here): an
+    OpenAI-compatible server (vLLM). `mode="completions"`: `/completions` with `echo` and `logprobs`, one request per query
     holding every `prompt + option` text, the option's tokens found by their text offsets
     (exact, any option length). `mode="chat_top_logprobs"`: the public code's estimator,
     `/chat/completions` with temperature 0, one generated token and `top_logprobs` (5); an
@@ -38,6 +38,9 @@ Backends
   * `CachedScorer(inner)`: memoises by (prompt, options); repeated queries, also within one
     call, cost nothing. `hits`, `misses`, `stats()`.
 
+Also: `score_options(scorer, prompt, options, normalised=)` for one query, `check_queries`,
+`post_json` (the HTTP policy) and `top_k_option_logprobs` (reading a top-k list).
+
 Bad input raises `ValueError` naming the query: no options, an empty option, an empty prompt,
 or (model backend) a prompt plus option longer than the model's context.
 """
@@ -45,13 +48,7 @@ or (model backend) a prompt plus option longer than the model's context.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -345,164 +342,6 @@ def _gather_logprobs(h, head, targets):
     return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
 
-# ---- OpenAI-compatible HTTP --------------------------------------------------------------
-HTTP_MODES = ("completions", "chat_top_logprobs")
-MISSING_FLOOR = math.log(1e-30)
-
-
-def post_json(url: str, body: dict, *, api_key: str | None, timeout_s: float, retries: int,
-              backoff_s: float) -> dict:
-    """POSTs `body` and returns the decoded JSON reply, with the CToM HTTP client's policy:
-    retry on timeouts, connection errors, HTTP 429/5xx and non-JSON bodies, sleeping
-    backoff_s * 2**(attempt - 1); a 4xx other than 429 fails at once. Raises ScoringError."""
-    data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    last = "no attempt made"
-    for attempt in range(retries + 1):
-        if attempt:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
-        try:
-            req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                reply = json.loads(resp.read().decode())
-            if not isinstance(reply, dict):
-                raise TypeError("the reply is not a JSON object")
-            return reply
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code} from {url}"
-            if e.code < 500 and e.code != 429:
-                break
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as e:
-            last = f"{type(e).__name__} talking to {url}: {getattr(e, 'reason', e)}"
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
-            last = f"malformed response from {url} ({type(e).__name__}: {e})"
-    raise ScoringError(f"option scoring failed after {retries + 1} attempts: {last}")
-
-
-@dataclasses.dataclass
-class HTTPScorer:
-    """Option log-probs from an OpenAI-compatible server (see the module docstring).
-
-    `base_url` is the API root (e.g. http://host:8000/v1). The client fields mirror
-    `jaxtom.ctom.simulators.HTTPSimulator`.
-    """
-    base_url: str
-    model: str
-    api_key: str | None = None
-    mode: str = "completions"
-    top_logprobs: int = 5
-    max_tokens: int = 1  # completions mode: tokens generated after the echo (ignored)
-    timeout_s: float = 60.0
-    retries: int = 3
-    backoff_s: float = 1.0
-    concurrency: int = 8
-    extra_body: dict = dataclasses.field(default_factory=dict)  # e.g. chat_template_kwargs
-
-    def __post_init__(self):
-        if self.mode not in HTTP_MODES:
-            raise ValueError(f"HTTPScorer.mode must be one of {HTTP_MODES}, got {self.mode!r}")
-        if self.top_logprobs < 1 or self.retries < 0 or self.timeout_s <= 0:
-            raise ValueError("HTTPScorer needs top_logprobs >= 1, retries >= 0, timeout_s > 0")
-
-    @classmethod
-    def from_client(cls, client: Any, **overrides) -> "HTTPScorer":
-        """The same server, model, key, timeouts, retries and concurrency as a configured
-        `HTTPSimulator` (a base_url ending in /chat/completions is cut back to the root)."""
-        base = client.base_url.rstrip("/")
-        if base.endswith("/chat/completions"):
-            base = base[:-len("/chat/completions")]
-        fields = dict(base_url=base, model=client.model, api_key=client.api_key,
-                      timeout_s=client.timeout_s, retries=client.retries,
-                      backoff_s=client.backoff_s, concurrency=client.concurrency)
-        return cls(**{**fields, **overrides})
-
-    def _post(self, endpoint: str, body: dict) -> dict:
-        return post_json(self.base_url.rstrip("/") + endpoint, {**body, **self.extra_body},
-                         api_key=self.api_key, timeout_s=self.timeout_s, retries=self.retries,
-                         backoff_s=self.backoff_s)
-
-    def option_logprobs(self, queries: Sequence[OptionQuery]) -> list[np.ndarray]:
-        queries = check_queries(queries)
-        one = self._completions if self.mode == "completions" else self._chat_top
-        if not queries:
-            return []
-        with ThreadPoolExecutor(max(1, min(self.concurrency, len(queries)))) as pool:
-            return list(pool.map(one, queries))
-
-    def _completions(self, q: OptionQuery) -> np.ndarray:
-        body = {"model": self.model, "prompt": [q.prompt + o for o in q.options], "echo": True,
-                "logprobs": 1, "max_tokens": self.max_tokens, "temperature": 0.0}
-        reply = self._post("/completions", body)
-        try:
-            choices = sorted(reply["choices"], key=lambda c: c.get("index", 0))
-            if len(choices) != len(q.options):
-                raise ValueError(f"{len(choices)} choices for {len(q.options)} prompts")
-            return np.array([_echoed_option_logprob(c["logprobs"], len(q.prompt), len(o))
-                             for c, o in zip(choices, q.options)], np.float64)
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise ScoringError(f"malformed completions reply ({type(e).__name__}: {e})") from e
-
-    def _chat_top(self, q: OptionQuery) -> np.ndarray:
-        stripped = [o.strip() for o in q.options]
-        if len(set(stripped)) != len(stripped) or not all(stripped):
-            raise ValueError(f"chat_top_logprobs needs distinct non-blank options, got "
-                             f"{q.options}")
-        body = {"model": self.model, "messages": [{"role": "user", "content": q.prompt}],
-                "max_tokens": 1, "temperature": 0.0, "logprobs": True,
-                "top_logprobs": self.top_logprobs}
-        reply = self._post("/chat/completions", body)
-        try:
-            top = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-            pairs = [(str(t["token"]), float(t["logprob"])) for t in top]
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise ScoringError(f"malformed chat reply, no top_logprobs ({type(e).__name__}: "
-                               f"{e})") from e
-        return top_k_option_logprobs(pairs, q.options)
-
-
-def top_k_option_logprobs(top: Sequence[tuple[str, float]], options: Sequence[str]
-                          ) -> np.ndarray:
-    """Each option's log-prob from a first token's top-k (token, logprob) list: the summed
-    probability of the listed tokens equal to it up to surrounding spaces; an option not
-    listed gets the bound min(smallest listed log-prob, log(1 - listed mass)), at least
-    log 1e-30."""
-    probs = [(tok.strip(), math.exp(lp)) for tok, lp in top if math.isfinite(lp)]
-    listed = sum(p for _, p in probs)
-    smallest = min((math.log(p) for _, p in probs if p > 0), default=0.0)
-    rest = math.log(max(1.0 - listed, 1e-30))
-    missing = max(min(smallest, rest), MISSING_FLOOR)
-    out = []
-    for o in options:
-        mass = sum(p for tok, p in probs if tok == o.strip())
-        out.append(math.log(mass) if mass > 0 else missing)
-    return np.array(out, np.float64)
-
-
-def _echoed_option_logprob(lp: dict, prompt_chars: int, option_chars: int) -> float:
-    """Sum of the echoed token log-probs covering characters [prompt_chars, prompt_chars +
-    option_chars): tokens starting inside the option, plus a token that starts in the prompt
-    and runs into it (the tokenizer merged across the boundary). Generated tokens after the
-    option are not counted."""
-    offsets, tokens, values = lp["text_offset"], lp["tokens"], lp["token_logprobs"]
-    if not len(offsets) == len(tokens) == len(values):
-        raise ValueError("text_offset, tokens and token_logprobs differ in length")
-    end = prompt_chars + option_chars
-    total, used = 0.0, 0
-    for start, tok, value in zip(offsets, tokens, values):
-        if start >= end:
-            break
-        if start >= prompt_chars or start + len(tok) > prompt_chars:
-            if value is None:
-                raise ValueError("an option token has no log-prob (empty prompt?)")
-            total += float(value)
-            used += 1
-    if not used:
-        raise ValueError("no echoed token covers the option")
-    return total
-
-
 # ---- cache -----------------------------------------------------------------------------
 class CachedScorer:
     """Memoises another scorer by (prompt, options); `max_entries` evicts oldest first."""
@@ -535,3 +374,15 @@ class CachedScorer:
 
     def clear(self) -> None:
         self._store.clear()
+
+
+# the HTTP backend lives in its own module (which imports this one); re-exported lazily so
+# one import serves every backend
+_HTTP_NAMES = ("HTTPScorer", "post_json", "top_k_option_logprobs")
+
+
+def __getattr__(name):
+    if name in _HTTP_NAMES:
+        from jaxtom.household import llm_scoring_http
+        return getattr(llm_scoring_http, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

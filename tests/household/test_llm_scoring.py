@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from jaxtom.household.llm_scoring import (CachedScorer, HTTPScorer, ModelScorer, OptionQuery,
-                                          ScoringError, _echoed_option_logprob,
-                                          normalise_logprobs, score_options,
+                                          ScoringError, normalise_logprobs, score_options,
                                           top_k_option_logprobs)
+from jaxtom.household.llm_scoring_http import _echoed_option_logprob
 
 PROMPTS = [
     "Human walks towards the fridge. Is this likely? Answer:",
