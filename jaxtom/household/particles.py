@@ -3,8 +3,8 @@
 A completion proposes n goals
 `{"particles": [{"task_name", "objects": [{"type", "count"}], "target": {"type"}, "p"}, ...]}`.
 Model output is untrusted: `parse_particles(text, ...)` never raises on it and returns either
-`HouseholdParticles(goals, probs)` or `jaxtom.mindzero.particles.ParseFailure(reason)` (the
-same failure type as the gridworld's; it earns the reward's format penalty).
+`HouseholdParticles(goals, probs)` or `ParseFailure(reason)` (shaped like the gridworld's:
+`ok`, `reason`; it earns the reward's format penalty).
 
 Lenient about the form:
   * the JSON is taken from a ```json fence, the whole text or its outermost braces, else
@@ -49,9 +49,9 @@ import numpy as np
 
 from jaxtom.household.catalog import GOAL_OBJECT_TYPES, TARGETS, TASKS
 from jaxtom.household.goals import Goal
-from jaxtom.mindzero.particles import DEFAULT_FLOOR, ParseFailure, normalise
 
 MODES = ("train", "eval")
+DEFAULT_FLOOR = 1e-12  # q floor of `normalise`, as the gridworld's parser
 DEFAULT_NUM_PARTICLES = 10  # Figure 9 / the public reward's N_PARTICLES
 MAX_COUNT = 64  # a count above this is not a household goal (and would stall a planner)
 MAX_ENTRIES = 1000
@@ -87,6 +87,26 @@ class HouseholdParticles:
 
     def __len__(self) -> int:
         return len(self.goals)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseFailure:
+    """Why a completion could not be used; it earns the reward's format penalty. (Shaped like
+    `jaxtom.mindzero.particles.ParseFailure`, without importing the gridworld stack.)"""
+    reason: str
+
+    ok = False
+    goals: tuple = ()
+    probs: tuple = ()
+
+    def __len__(self) -> int:
+        return 0
+
+
+def normalise(p: Sequence[float], floor: float = DEFAULT_FLOOR) -> tuple[float, ...]:
+    """`max(p_i, floor) / sum`; never divides by zero."""
+    arr = np.maximum(np.asarray(p, np.float64), floor)
+    return tuple(float(x) for x in arr / arr.sum())
 
 
 class _Ambiguous(ValueError):
