@@ -14,9 +14,9 @@ method puts outside H is lost), top-1 (the true goal is the most probable partic
 the credit), KL(exact || smoothed q) over H, and TFLOPs per query (appendix A.2:
 2 x active parameters x tokens). Means with episode-clustered SEs and the trained model's paired
 margin over each method (`jaxtom.eval.metrics`). The assistance (speedup) and QA (accuracy)
-columns of Tables 1b / 4b come from `jaxtom.household.assist` / `jaxtom.household.qa`
-when those modules provide `evaluate_run_assistance(cfg, models, test)` /
-`evaluate_run_qa(cfg, models, test)` (hook points: `EXTRA_TABLES`).
+columns of Tables 1b / 4b come from `jaxtom.household.assist.evaluate_run_assistance` (with
+`eval.assistance`) and `jaxtom.household.qa.evaluate_run_qa` (with `eval.qa_episodes > 0`),
+called with the same models and held-out episodes (`EXTRA_TABLES`).
 """
 
 from __future__ import annotations
@@ -143,7 +143,10 @@ def model_beliefs(model, codec, episodes, rows, *, observation: str, num_particl
     return parsed, texts, np.asarray(tokens, float)
 
 
-EXTRA_TABLES: list = []  # (module, function) pairs tried after the goal table
+# (module, function) pairs called after the goal table with (cfg, models, test episodes);
+# each returns {} when its eval switch is off (eval.assistance / eval.qa_episodes)
+EXTRA_TABLES: list = [("jaxtom.household.assist", "evaluate_run_assistance"),
+                      ("jaxtom.household.qa", "evaluate_run_qa")]
 
 
 def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
@@ -207,11 +210,8 @@ def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
 
 def _extra_table(module: str, fn: str, cfg, models, test) -> dict:
     import importlib
-    try:
-        f = getattr(importlib.import_module(module), fn)
-    except (ImportError, AttributeError):
-        return {}
-    return f(cfg, models, test)
+    f = getattr(importlib.import_module(module), fn, None)
+    return {} if f is None else f(cfg, models, test)
 
 
 def markdown(results: dict) -> str:

@@ -54,7 +54,8 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
     if name == "toy_cpu":
         return out
     tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny",
-                    "mindzero_gridworld_qwen3vl_tiny")  # own BPE + random init
+                    "mindzero_gridworld_qwen3vl_tiny",
+                    "mindzero_household_tiny")  # own BPE + random init
     if not tiny:  # Qwen3-VL configs (image observations) get a Qwen3-VL stand-in
         out.append(f"model.path={standin}_vl" if "qwen3vl" in name else f"model.path={standin}")
     if name.startswith("mindzero"):
@@ -64,6 +65,9 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
         if tiny:
             out += ["mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0",
                     "model.vocab_size=320"]
+        if name.startswith("mindzero_household") and not tiny:
+            # the paper's reward model is a server; here the frozen stand-in scores (no HTTP)
+            out += ["mindzero.household.scorer=reference", "mindzero.warmup.steps=2"]
         return out
     assert name.startswith("ctom"), f"{name}: a config of an unknown kind needs overrides here"
     return out + ["ctom.simulator=scripted", "ctom.num_tasks=2", "trainer.prompts_per_step=2",
