@@ -9,23 +9,26 @@ or None to keep the last belief):
 - `Oracle`: the true goal from the first step (upper bound).
 - `RandomGoal`: one O-WAH random goal per run (1-3 predicates, counts 1-6).
 - `ExactPosterior`: the posterior over the task generator's goal space (`goal_space`) under the
-  human's exact action distribution, top particles.
+  human's exact action distribution (goals below 1e-20 of the best dropped), top 10.
 - `SMC`: AutoToM's sequential Monte Carlo (`helper_beliefs.SMCBelief`): refills from proposals
   drawn from the prior restricted to goals consistent with the observed puts, reweights by the
   one-step symbolic likelihood of the human's latest action.
 - `ModelBelief(propose)`: the hook for a trained policy: `propose(ctx) -> [(Goal, p)]`;
   `PolicyBelief(model, codec, observation=...)` is that hook for a jaxtom policy (the training
   data's prompt, Figure 9 particles parsed leniently, TFLOPs counted per run).
-`ctx` is an `AssistContext` (the task-free view: the states and human actions so far, as an
-`episodes.Episode` via `ctx.episode()` for the prompt renderers). The human's recorded action
-is the one it chose (its intent); when the helper took the object first it had no effect.
+`ctx` is an `AssistContext`: the run so far (states, the human's beliefs and actions, the
+helper's actions; `ctx.episode()` is the human's side as an `episodes.Episode` for the prompt
+renderers; `ctx.task` is read by the oracle only). The human's recorded action is the one it
+chose (its intent); when the helper took the object first it had no effect.
 
 Model-driven and inferred beliefs start after the human's first put (the public code's
 `--gnp_start_at_put`) and refresh every step except when the human's last two actions are
-the same (a multi-step walk); the oracle acts from the start. The helper sees the whole
-apartment (O-WAH's default full observation); so does the human by default, as in O-WAH's
-evaluation (`AssistConfig.human.full_observation=False` gives it the partial view). Both act on the same state; the two actions apply in a
-random order, and one that has become illegal (the other agent took the object) is a wait.
+the same walk; the oracle acts from the start. The helper sees the whole apartment (O-WAH's
+default full observation); so does the human by default, as in O-WAH's evaluation
+(`AssistConfig.human.full_observation=False` gives it the partial view, under which opening
+containers alone helps a searching person). Both act on the same state; the two actions apply
+in a random order, and one that has become illegal (the other agent took the object) is a
+wait. `evaluate_run_assistance` is `jaxtom eval`'s hook (`evaluate_assist`).
 """
 
 from __future__ import annotations
@@ -414,7 +417,8 @@ def run_assisted(task: Task, source: BeliefSource | None, seed: int,
 
 
 __all__ = ["AssistConfig", "AssistContext", "BeliefSource", "ExactPosterior", "HelperMemory",
-           "ModelBelief", "Oracle", "PolicyBelief", "RandomGoal", "SMC", "consistent", "delivered_and_held",
+           "ModelBelief", "Oracle", "PolicyBelief", "RandomGoal", "SMC", "consistent",
+           "delivered_and_held",
            "evaluate_run_assistance", "goal_prior", "goal_space", "helper_action", "run_assisted",
            "step_likelihood"]
 

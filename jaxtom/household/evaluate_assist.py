@@ -142,5 +142,5 @@ def evaluate_run_assistance(cfg, models: dict, test) -> dict:
     return {"assistance": rows, "assistance_markdown": markdown(rows, title)}
 
 
-__all__ = ["default_sources", "evaluate_run_assistance", "evaluate_helpers", "markdown", "paired_margin", "run_seed",
-           "speedup_row", "speedups"]
+__all__ = ["default_sources", "evaluate_helpers", "evaluate_run_assistance", "markdown",
+           "paired_margin", "run_seed", "speedup_row", "speedups"]

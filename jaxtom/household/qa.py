@@ -22,11 +22,11 @@ The planner's own state answers every question (`planner_answer`): a belief ques
 its belief leaves a G possible in C (C not looked into, or a G known there), a goal question by
 which option it still needs. The SSRL reward (`option_log_likelihoods`, `rewards`) is
 `log max(P(last action | the chosen option's belief and goal), 1e-7)` from the human's exact
-action distribution (`human.action_distribution`) under the option: goal = the option's (or
-the premise's) type, one more instance than the human believes is at the task's target
-(`human.action_probability`: a planner proposal the real state makes illegal, e.g. grabbing an
-object the option's belief wrongly places here, keeps its mass off the observed action); belief = the human's own, with
-"inside C" as a G it has not seen placed in C and "not inside C" as C looked into with no G.
+action distribution under the option (`human.action_probability`; a planner proposal the real
+state makes illegal, e.g. grabbing an object the option's belief wrongly places here, keeps its
+mass off the observed action): goal = the option's (or the premise's) type, one more instance
+than the human believes is at the task's target; belief = the human's own, with "inside C" as
+a G it has not seen placed in C and "not inside C" as C looked into with no G.
 No answer label enters it.
 
 Text: `figure_question` is Figure 8 (the MMToM-QA paragraph of `text` on the start state, the
@@ -409,7 +409,8 @@ def evaluate_run_qa(cfg, models: dict, test) -> dict:
 
 
 __all__ = ["INSTRUCTION", "QUESTION_TYPES", "Question", "RENDERERS", "TYPE_NAMES",
-           "accuracy_table", "baseline_tables", "belief_with", "compact_question", "evaluate_run_qa",
+           "accuracy_table", "baseline_tables", "belief_with", "compact_question",
+           "evaluate_run_qa",
            "figure_question", "known_available", "make_questions", "markdown",
            "option_goal", "option_log_likelihoods", "planner_answer", "question_sentence",
            "random_choices", "render_question", "reward_choices", "rewards", "searching",
