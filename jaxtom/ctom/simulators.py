@@ -16,9 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, Sequence
 
@@ -26,6 +23,7 @@ from jaxtom.ctom.data import Task
 from jaxtom.ctom.prompts import ANSWER_MARKER, SIMULATOR_PROMPTS, fill_template
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.scoring import extract_boxed, score_math
+from jaxtom.http_client import HTTPFailure, post_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,30 +215,15 @@ class HTTPSimulator:
         """One chat completion's text; raises SimulatorError after the retries."""
         url = self.base_url.rstrip("/") + ("" if self.base_url.rstrip("/").endswith(
             "/chat/completions") else "/chat/completions")
-        body = json.dumps({"model": self.model, "temperature": self.temperature,
-                           "max_tokens": self.max_tokens, "seed": seed,
-                           "messages": [{"role": "user", "content": prompt}]}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = "no attempt made"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    data = json.loads(resp.read().decode())
-                return data["choices"][0]["message"]["content"]
-            except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code} from {url}"
-                if e.code < 500 and e.code != 429:
-                    break  # a client error will not fix itself
-            except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as e:
-                last = f"{type(e).__name__} talking to {url}: {getattr(e, 'reason', e)}"
-            except (json.JSONDecodeError, KeyError, IndexError, TypeError, UnicodeDecodeError) as e:
-                last = f"malformed response from {url} ({type(e).__name__}: {e})"
-        raise SimulatorError(f"user simulator failed after {self.retries + 1} attempts: {last}")
+        body = {"model": self.model, "temperature": self.temperature,
+                "max_tokens": self.max_tokens, "seed": seed,
+                "messages": [{"role": "user", "content": prompt}]}
+        try:
+            return post_json(url, body, api_key=self.api_key, timeout_s=self.timeout_s,
+                             retries=self.retries, backoff_s=self.backoff_s,
+                             extract=lambda reply: reply["choices"][0]["message"]["content"])
+        except HTTPFailure as e:
+            raise SimulatorError(f"user simulator {e}") from None
 
     def _one(self, request: SimRequest, seed: int) -> SimReply:
         try:

@@ -17,17 +17,15 @@ server and settings. Failure after the retries raises `ScoringError`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
 
 from jaxtom.household.llm_scoring import OptionQuery, ScoringError, check_queries
+from jaxtom.http_client import HTTPFailure
+from jaxtom.http_client import post_json as http_post_json
 
 HTTP_MODES = ("completions", "chat_top_logprobs")
 MISSING_FLOOR = math.log(1e-30)
@@ -35,33 +33,17 @@ MISSING_FLOOR = math.log(1e-30)
 
 def post_json(url: str, body: dict, *, api_key: str | None, timeout_s: float, retries: int,
               backoff_s: float) -> dict:
-    """POSTs `body` and returns the decoded JSON reply, with the CToM HTTP client's policy:
-    retry on timeouts, connection errors, HTTP 429/5xx and non-JSON bodies, sleeping
-    backoff_s * 2**(attempt - 1); a 4xx other than 429 fails at once. Raises ScoringError."""
-    data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    last = "no attempt made"
-    for attempt in range(retries + 1):
-        if attempt:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
-        try:
-            req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                reply = json.loads(resp.read().decode())
-            if not isinstance(reply, dict):
-                raise TypeError("the reply is not a JSON object")
-            return reply
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code} from {url}"
-            if e.code < 500 and e.code != 429:
-                break
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as e:
-            last = f"{type(e).__name__} talking to {url}: {getattr(e, 'reason', e)}"
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
-            last = f"malformed response from {url} ({type(e).__name__}: {e})"
-    raise ScoringError(f"option scoring failed after {retries + 1} attempts: {last}")
+    """The decoded JSON object replied to POSTing `body`, with the CToM HTTP client's policy
+    (`jaxtom.http_client.post_json`). Raises ScoringError."""
+    def as_object(reply):
+        if not isinstance(reply, dict):
+            raise TypeError("the reply is not a JSON object")
+        return reply
+    try:
+        return http_post_json(url, body, api_key=api_key, timeout_s=timeout_s, retries=retries,
+                              backoff_s=backoff_s, extract=as_object)
+    except HTTPFailure as e:
+        raise ScoringError(f"option scoring {e}") from None
 
 
 @dataclasses.dataclass

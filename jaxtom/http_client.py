@@ -1,0 +1,46 @@
+"""One POST-JSON-with-retries policy for every OpenAI-compatible client in jaxtom (the CToM
+user simulator, the household LLM scorer), so their timeouts and retries cannot drift apart.
+
+Retried: timeouts, connection errors, HTTP 429 and 5xx, and bodies that are not the JSON the
+caller expects (`extract` raising KeyError / IndexError / TypeError / ValueError); a 4xx other
+than 429 fails at once, since it will not fix itself. Sleeps backoff_s * 2**(attempt - 1)
+between tries and raises `HTTPFailure` naming the last failure when they run out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+
+class HTTPFailure(RuntimeError):
+    """The request failed on every attempt; the message names the last failure."""
+
+
+def post_json(url: str, body: dict, *, api_key: str | None, timeout_s: float, retries: int,
+              backoff_s: float, extract: Callable[[Any], Any] = lambda reply: reply) -> Any:
+    """`extract(reply)` of the first well-formed JSON reply to POSTing `body` to `url`."""
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    last = "no attempt made"
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+        try:
+            req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return extract(json.loads(resp.read().decode()))
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code} from {url}"
+            if e.code < 500 and e.code != 429:
+                break  # a client error will not fix itself
+        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as e:
+            last = f"{type(e).__name__} talking to {url}: {getattr(e, 'reason', e)}"
+        except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError) as e:
+            last = f"malformed response from {url} ({type(e).__name__}: {e})"
+    raise HTTPFailure(f"failed after {retries + 1} attempts: {last}")
