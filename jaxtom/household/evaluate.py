@@ -190,13 +190,16 @@ def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
         entry = dict(extra.get(name, {}))
         for k, v in s.items():
             entry[k], entry[k + "_se"] = metrics.cluster_mean_sem(v, clusters)
-            qm, qse = metrics.mean_sem(v)
-            entry[k + "_query_se"] = qse
+            entry[k + "_query_se"] = metrics.mean_sem(v)[1]
             if name != ref:
                 entry[k + "_margin"], entry[k + "_margin_se"] = metrics.paired_difference(
                     per_row[ref][k], v, clusters)
+                entry[k + "_margin_query_se"] = metrics.mean_sem(per_row[ref][k] - v)[1]
         table[name] = entry
     results = {"goal_inference": table, "episodes": len(test), "queries": len(rows),
+               "per_query": {"rows": [list(r) for r in rows],
+                             **{name: {k: v.tolist() for k, v in s.items()}
+                                for name, s in per_row.items()}},
                "goal_space": int(np.mean([len(hd.goal_support(ep.apartment)) for ep in test]))}
     for module, fn in EXTRA_TABLES:
         results.update(_extra_table(module, fn, cfg, models, test))
@@ -228,13 +231,16 @@ def markdown(results: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " | "
                      + (f"{tf:.2e} |" if tf is not None else "N/A |"))
     ref = "MindZero (trained)"
-    lines += ["", f"Margin of {ref} over each method (paired per-episode difference ± SE):", "",
+    lines += ["", f"Margin of {ref} over each method (paired difference ± SE over episodes; "
+              "[± SE over queries]):", "",
               "| vs | log score | top-1 |", "|---|---|---|"]
     for name, e in table.items():
         if "log_score_margin" in e:
             lines.append(f"| {name} | {e['log_score_margin']:+.3f} ± "
-                         f"{e['log_score_margin_se']:.3f} | {e['top1_margin']:+.3f} ± "
-                         f"{e['top1_margin_se']:.3f} |")
+                         f"{e['log_score_margin_se']:.3f} [± "
+                         f"{e.get('log_score_margin_query_se', float('nan')):.3f}] | "
+                         f"{e['top1_margin']:+.3f} ± {e['top1_margin_se']:.3f} [± "
+                         f"{e.get('top1_margin_query_se', float('nan')):.3f}] |")
     for name, e in table.items():
         if "well_formed" in e:
             lines.append(f"\n{name}: {e['well_formed']:.2f} well formed, "
