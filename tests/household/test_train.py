@@ -1,5 +1,6 @@
 """Household SSRL end to end on the one trainer: symbolic rewards (default suite) and
 LLM-scored rewards with a tiny random jaxtom model as the scorer (slow)."""
+import dataclasses
 import json
 
 import numpy as np
@@ -73,6 +74,22 @@ def test_symbolic_micro_run_has_a_learning_signal_and_writes_checkpoints(tmp_pat
         assert (tmp_path / sub).exists(), sub
     model, codec = ht.load_model(cfg, tmp_path / "checkpoint")
     assert model.config.vocab_size == codec.tokenizer.vocab_size
+    # jaxtom eval's table on the held-out apartments (Table 1b / 4b's goal columns)
+    from jaxtom.household.apartments import TEST_APARTMENTS, apartments
+    from jaxtom.household.evaluate import evaluate_run
+    held_out = {a.name for a in apartments(TEST_APARTMENTS)}
+    assert {ep.apartment.name for ep in out["test"]} <= held_out
+    ecfg = dataclasses.replace(cfg, mindzero=dataclasses.replace(
+        cfg.mindzero, eval=dataclasses.replace(cfg.mindzero.eval, episodes=1, stride=12)))
+    results = evaluate_run(ecfg, tmp_path / "checkpoint", test=out["test"])
+    table = results["goal_inference"]
+    assert {"MindZero (trained)", "random goal", "exact posterior"} <= set(table)
+    assert table["exact posterior"]["kl_exact"] < 0.05  # only the 1% mix
+    assert table["exact posterior"]["log_score"] > table["random goal"]["log_score"]
+    for entry in table.values():
+        assert np.isfinite(entry["log_score"]) and 0 <= entry["top1"] <= 1
+    assert table["MindZero (trained)"]["tflops_per_query"] > 0
+    assert "| exact posterior |" in (tmp_path / "results.md").read_text()
 
 
 def test_reward_terms_rank_the_true_goal_above_a_wrong_one():
