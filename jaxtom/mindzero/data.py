@@ -8,12 +8,13 @@ and batches the records deterministically from a seed; the prompts are rendered 
 Warm-up targets stand in for what the paper samples from a pretrained model when a base model
 cannot yet write the format (section 5): label-free particles that follow the prompt's
 nearest-first rule. Two teachers: `random` (any valid pair but the true goal) and
-`approached` (a weak observation-only heuristic: hypothesis k pairs the first object the
-compact observation lists with the (k+1)-th, with random probabilities), which teaches a
-from-scratch model to copy labels from fixed slots of its observation; SSRL then has to learn
-from the reward how much mass each hypothesis deserves. Partners in listed order rather than
-shuffled among the next three: a fixed slot to copy gave a much better-calibrated warm-up
-(seed 0's held-out monitor log score -3.58 against -5.74; benchmarks/README.md).
+`approached` (a weak observation-only heuristic: object1 is the first object the compact
+observation lists, object2 one of the next three, uniformly, with random probabilities), which
+teaches a from-scratch model to read the observation; SSRL then has to learn from the reward
+which of the listed partners deserve the mass. A third, `listed`, keeps the partners in listed
+order (hypothesis k pairs the lead with the (k+1)-th listed object): a fixed slot to copy. It
+gave a much better-calibrated warm-up on seed 0 and a failed copy on seed 1
+(benchmarks/README.md, "listed-order teacher"); not the default.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def timestep_dataset(view: HostEpisodes, *, batch_size: int, seed: int, observat
     return ds.map(to_example).batch(batch_size, drop_remainder=True)
 
 
-TEACHERS = ("random", "approached")
+TEACHERS = ("random", "approached", "listed")
 
 
 def _ordered(a: int, b: int, start: np.ndarray) -> bool:
@@ -73,8 +74,12 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
         ordered = [p for p in ordered if p != true and p[::-1] != true]
     elif t is not None:
         order = approach_order(view, e, t)
-        # partners in listed order: hypothesis k pairs the lead with the (k+1)-th listed object
-        chosen = [(order[0], b) for b in order[1:1 + num_particles]]
+        later = order[1:4]  # the lead's likeliest partners first (see approach_order)
+        if teacher == "approached":
+            rng.shuffle(later)
+        else:  # listed: hypothesis k pairs the lead with the (k+1)-th listed object
+            later = order[1:1 + num_particles]
+        chosen = [(order[0], b) for b in later][:num_particles]
     rest = [p for p in ordered if p not in chosen and p[::-1] not in chosen]
     picks = rng.choice(len(rest), num_particles - len(chosen), replace=False)
     return chosen + [rest[i] for i in picks]
