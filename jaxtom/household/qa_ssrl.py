@@ -23,9 +23,7 @@ import numpy as np
 from jaxtom.household import qa
 from jaxtom.household.qa_answers import parse_answer
 from jaxtom.household.text import natural
-from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.losses import group_advantages
-from jaxtom.rl.trainer import Rollout, completion_rows, sample_rows
+from jaxtom.mindzero.qa import QARollout as MindZeroQARollout
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}
 
@@ -61,56 +59,29 @@ def question_tasks(questions) -> list[dict]:
     return [{"question": i} for i in range(len(questions))]
 
 
-class QARollout:
-    def __init__(self, trainer_cfg, codec, prompts: QAPrompts, mirror: bool = False):
-        self.c, self.codec, self.prompts, self.mirror = trainer_cfg, codec, prompts, mirror
-        self.n = len(prompts.questions)
-        if mirror:  # questions n.. are the mirrored copies of 0..n-1
-            prompts.questions = prompts.questions[:self.n] + [
-                mirrored(q) for q in prompts.questions[:self.n]]
+class QARollout(MindZeroQARollout):
+    """The gridworld QA rollout (`jaxtom.mindzero.qa.QARollout`: groups, mirrored options,
+    metrics) with the household's answer parser and label-free reward (`qa.rewards`)."""
 
-    def __call__(self, model, tasks, key, step) -> Rollout:
-        c, G = self.c, self.c.group_size
-        if self.mirror:
-            tasks = [{"question": int(t["question"]) + m * self.n, "row": 2 * int(t["row"]) + m}
-                     for t in tasks for m in (0, 1)]
-        index = [int(t["question"]) for t in tasks for _ in range(G)]
-        prompts = [self.prompts(i) for i in index]
-        completions = generate_rows(model, prompts, sample_rows(tasks, G), key=key,
-                                    max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-                                    top_p=c.top_p, stop=list(self.codec.eos_ids),
-                                    pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
-        texts = [self.codec.decode(s) for s in completions]
-        choice = np.array([parse_answer(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
-        qs = [self.prompts.questions[i] for i in index]
-        reward = qa.rewards(qs, choice)
-        adv = np.asarray(group_advantages(np.float32(reward), G))
-        seqs, masks = completion_rows(prompts, completions)
-        groups = [int(t["row"]) for t in tasks for _ in range(G)]
-        answer = np.array([q.answer for q in qs])
-        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={
-            "reward_mean": float(reward.mean()), "valid": float(np.mean(choice >= 0)),
-            "answer_a": float(np.mean(choice == 0)),
-            "agrees_with_label": float(np.mean(choice == answer)),  # logged, never rewarded
-            "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G), axis=1) == 0))})
+    mirrored = staticmethod(mirrored)
+    parse = staticmethod(parse_answer)
+    agreement_metric = "agrees_with_label"
+
+    def __init__(self, trainer_cfg, codec, prompts: QAPrompts, mirror: bool = False):
+        super().__init__(trainer_cfg, None, codec, prompts, table=np.zeros(0), mirror=mirror)
+
+    def rewards(self, questions, choice) -> np.ndarray:
+        return np.float32(qa.rewards(questions, choice))
 
 
 def answer_questions(model, codec, prompts: QAPrompts, *, max_new_tokens: int, key,
                      temperature: float = 0.0, top_p: float = 1.0, rows_per_call: int = 256):
-    """(choices [Q] in {0, 1, -1}, texts, tokens per question) of `model`."""
-    from jaxtom.sampling import generate
-    ids = [prompts(i) for i in range(len(prompts.questions))]
-    texts, tokens = [], []
-    for lo in range(0, len(ids), rows_per_call):
-        chunk = ids[lo:lo + rows_per_call]
-        out = generate(model, chunk, max_new_tokens=max_new_tokens, temperature=temperature,
-                       top_p=top_p, key=key, stop=list(codec.eos_ids), pad_id=codec.pad_id,
-                       row_ids=np.arange(lo, lo + len(chunk)))
-        for p, s in zip(chunk, out.sequences()):
-            texts.append(codec.decode(s))
-            tokens.append(len(p) + len(s))
-    choices = np.array([parse_answer(x, prompts.labels(i)) for i, x in enumerate(texts)])
-    return choices, texts, np.asarray(tokens, float)
+    """(choices [Q] in {0, 1, -1}, texts, tokens per question) of `model` (the gridworld's
+    `qa_eval.answer` with the household's parser)."""
+    from jaxtom.mindzero.qa_eval import answer
+    return answer(model, codec, prompts, max_new_tokens=max_new_tokens, key=key,
+                  temperature=temperature, top_p=top_p, rows_per_call=rows_per_call,
+                  parse=parse_answer)
 
 
 def evaluate_model(models: dict, observation: str, episodes, questions, *,

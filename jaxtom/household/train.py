@@ -245,17 +245,9 @@ class WarmupRollout:
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
-        prompts, targets = [], []
-        for task in tasks:
-            e, t = int(task["episode"]), int(task["t"])
-            rng = np.random.default_rng([self.config.trainer.seed, step, int(task["row"])])
-            prompts.append(self.prompts(e, t))
-            targets.append(self.codec.completion_ids(hd.warmup_target(
-                self.episodes[e], t, d.num_particles, rng, w.teacher)))
-        seqs, masks = completion_rows(prompts, targets)
-        return Rollout(seqs, masks, [1.0] * len(seqs), [int(t["row"]) for t in tasks],
-                       count=len(seqs),
-                       metrics={"target_tokens": float(np.mean([len(x) for x in targets]))})
+        return mz.teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
+                               lambda e, t, rng: hd.warmup_target(
+                                   self.episodes[e], t, d.num_particles, rng, w.teacher))
 
 
 class ParticleRollout:

@@ -216,7 +216,17 @@ class QARollout:
         self.n = len(prompts.questions)
         if mirror:  # questions n.. are the mirrored copies of 0..n-1
             prompts.questions = prompts.questions[:self.n] + [
-                mirrored(q) for q in prompts.questions[:self.n]]
+                self.mirrored(q) for q in prompts.questions[:self.n]]
+
+    mirrored = staticmethod(mirrored)  # the question with its options swapped
+    parse = staticmethod(parse_answer)  # (text, option labels) -> 0, 1 or -1
+    agreement_metric = "agrees_with_posterior"  # logged only, never in the reward
+
+    def rewards(self, questions, choice) -> np.ndarray:
+        """[B] rewards of the parsed choices (-1: unparseable); other domains override."""
+        return qa_rewards(self.table, [q.episode for q in questions],
+                          [q.step for q in questions], [q.option_goals for q in questions],
+                          choice, self.reward_cfg)
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         c, G = self.c, self.c.group_size
@@ -230,10 +240,9 @@ class QARollout:
                                     top_p=c.top_p, stop=list(self.codec.eos_ids),
                                     pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
         texts = [self.codec.decode(s) for s in completions]
-        choice = np.array([parse_answer(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
+        choice = np.array([self.parse(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
         qs = [self.prompts.questions[i] for i in index]
-        reward = qa_rewards(self.table, [q.episode for q in qs], [q.step for q in qs],
-                            [q.option_goals for q in qs], choice, self.reward_cfg)
+        reward = np.asarray(self.rewards(qs, choice))
         adv = np.asarray(group_advantages(reward, G))
         seqs, masks = completion_rows(prompts, completions)
         groups = [int(task["row"]) for task in tasks for _ in range(G)]
@@ -241,7 +250,7 @@ class QARollout:
         return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={
             "reward_mean": float(reward.mean()), "reward_sq": float(np.mean(reward ** 2)),
             "valid": float(np.mean(choice >= 0)), "answer_a": float(np.mean(choice == 0)),
-            "agrees_with_posterior": float(np.mean(choice == answer)),
+            self.agreement_metric: float(np.mean(choice == answer)),
             "completion_tokens": float(np.mean([len(s) for s in completions])),
             "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G), axis=1) == 0))})
 

@@ -29,9 +29,10 @@ COLUMNS = (("type1", "type 1 (which pick)"), ("type2", "type 2 (which target)"),
 
 
 def answer(model, codec, prompts: QAPrompts, *, max_new_tokens: int, key, temperature=0.0,
-           top_p=1.0, rows_per_call: int = 256):
+           top_p=1.0, rows_per_call: int = 256, parse=parse_answer):
     """(choices [Q] in {0, 1, -1}, texts, tokens processed per question) of `model` on every
-    question of `prompts`; row i samples with its own key, so chunking changes nothing."""
+    question of `prompts` (`parse(text, option labels)`: the domain's answer parser); row i
+    samples with its own key, so chunking changes nothing."""
     ids = [prompts(i) for i in range(len(prompts.questions))]
     texts, tokens = [], []
     for lo in range(0, len(ids), rows_per_call):
@@ -42,7 +43,7 @@ def answer(model, codec, prompts: QAPrompts, *, max_new_tokens: int, key, temper
         for p, s in zip(chunk, out.sequences()):
             texts.append(codec.decode(s))
             tokens.append(len(p) + len(s))
-    choices = np.array([parse_answer(x, prompts.labels(i)) for i, x in enumerate(texts)])
+    choices = np.array([parse(x, prompts.labels(i)) for i, x in enumerate(texts)])
     return choices, texts, np.asarray(tokens, float)
 
 

@@ -187,17 +187,24 @@ class WarmupRollout:
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
-        prompts, targets = [], []
-        for task in tasks:
-            e, t = int(task["episode"]), int(task["t"])
-            rng = np.random.default_rng([self.config.trainer.seed, step, int(task["row"])])
-            prompts.append(self.prompts(e, t))
-            targets.append(self.codec.completion_ids(data_lib.warmup_target(
-                self.view, e, d.num_particles, rng, t, w.teacher)))
-        seqs, masks = completion_rows(prompts, targets)
-        return Rollout(seqs, masks, [1.0] * len(seqs), [int(t["row"]) for t in tasks],
-                       count=len(seqs),
-                       metrics={"target_tokens": float(np.mean([len(x) for x in targets]))})
+        return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
+                               lambda e, t, rng: data_lib.warmup_target(
+                                   self.view, e, d.num_particles, rng, t, w.teacher))
+
+
+def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target) -> Rollout:
+    """A warm-up batch: `prompt(e, t)` ids with the teacher's `target(e, t, rng)` text as a
+    supervised completion (advantage 1), rng = `default_rng([seed, step, row])`."""
+    prompts, targets = [], []
+    for task in tasks:
+        e, t = int(task["episode"]), int(task["t"])
+        rng = np.random.default_rng([seed, step, int(task["row"])])
+        prompts.append(prompt(e, t))
+        targets.append(codec.completion_ids(target(e, t, rng)))
+    seqs, masks = completion_rows(prompts, targets)
+    return Rollout(seqs, masks, [1.0] * len(seqs), [int(t["row"]) for t in tasks],
+                   count=len(seqs),
+                   metrics={"target_tokens": float(np.mean([len(x) for x in targets]))})
 
 
 class ParticleRollout:

@@ -10,6 +10,7 @@ import pytest
 from jaxtom.household import qa, qa_ssrl
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
+from jaxtom.mindzero import qa as mindzero_qa
 from jaxtom.mindzero.qa import QAWarmupRollout
 from jaxtom.rl.losses import group_advantages
 from jaxtom.rl.trainer import TrainerConfig
@@ -38,7 +39,7 @@ class _Codec:
 def test_rollout_rewards_scripted_answers(monkeypatch):
     episodes, qs = _set()
     answers = ["a", "\\boxed{b}", "a or b", ""]
-    monkeypatch.setattr(qa_ssrl, "generate_rows", lambda model, prompts, rows, **kw: [
+    monkeypatch.setattr(mindzero_qa, "generate_rows", lambda model, prompts, rows, **kw: [
         [ord(c) for c in answers[int(r) % 4]] + [0] for r in rows])
     prompts = qa_ssrl.QAPrompts("compact", _Codec(), episodes, qs)
     rollout = qa_ssrl.QARollout(TrainerConfig(group_size=4, max_new_tokens=8), _Codec(), prompts)
@@ -56,7 +57,7 @@ def test_rollout_rewards_scripted_answers(monkeypatch):
 
 def test_mirror_swaps_options_and_likelihoods(monkeypatch):
     episodes, qs = _set()
-    monkeypatch.setattr(qa_ssrl, "generate_rows",
+    monkeypatch.setattr(mindzero_qa, "generate_rows",
                         lambda model, prompts, rows, **kw: [[ord("a"), 0] for _ in rows])
     prompts = qa_ssrl.QAPrompts("figure", _Codec(), episodes, qs)
     n = len(qs)
