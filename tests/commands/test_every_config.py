@@ -109,7 +109,7 @@ def run_configs(paths: list[str], tmp_path: Path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(standin), json.dumps(jobs)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-5000:]
     results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
                if line.startswith("RESULT ")]
