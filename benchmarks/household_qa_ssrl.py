@@ -8,7 +8,7 @@ the gridworld; then the model answers the held-out apartments' (3, 6) questions 
 (greedy), per type, beside the starting (warm-up) model and the model-free rows.
 The last line is one JSON object with the figures.
 
-    python benchmarks/household_qa_ssrl.py [--seed 0] [--steps 300] [--workdir /tmp/hqa]
+    python benchmarks/household_qa_ssrl.py [--seed 0] [--steps 300] [--workdir runs/household_qa_ssrl]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--test-episodes", type=int, default=48)
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--workdir", default="/tmp/household_qa_ssrl")
+    ap.add_argument("--workdir", default="runs/household_qa_ssrl")  # beside the configs' runs/
     args = ap.parse_args()
     t0 = time.perf_counter()
     work = Path(args.workdir) / f"seed{args.seed}"
