@@ -125,8 +125,15 @@ def run_configs(paths: list[str], tmp_path: Path):
             assert all(v == v for v in row.values()), (name, row)  # no NaN
 
 
+def cpu_configs(mindzero: bool) -> list[str]:
+    """The configs that run without an external checkpoint, MindZero's or the others."""
+    return [p for p in CONFIGS if not needs_checkpoint(p)
+            and Path(p).stem.startswith("mindzero") == mindzero]
+
+
 def test_cpu_configs_run_two_update_steps(tmp_path):
-    run_configs([p for p in CONFIGS if not needs_checkpoint(p)], tmp_path)
+    """CToM's and the toy's (MindZero's are in test_every_mindzero_config.py, another worker)."""
+    run_configs(cpu_configs(mindzero=False), tmp_path)
 
 
 @pytest.mark.slow  # 7 paper configs on 8 simulated devices: ~15 min on 2 cores
