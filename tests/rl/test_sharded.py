@@ -4,6 +4,8 @@ Runs in a subprocess with XLA_FLAGS set before JAX starts (see tests/test_parall
 """
 
 import textwrap
+
+import pytest
 from pathlib import Path
 
 from tests.rl.common import TINY, adam_trajectory_tol, gradient_tol
@@ -42,7 +44,7 @@ SCRIPT = textwrap.dedent("""
     init = params_array(rl.Learner(model, step_cfg).init_state(model))
     out = {"moved": float(np.abs(ref - init).max()), "params_scale": float(np.abs(ref).max()),
            "eta": ref_metrics["eta"], "num_params": len(ref)}
-    for shape in [(2, 2, 2), (1, 2, 4), (4, 2, 1)]:
+    for shape in SHAPES:
         params, metrics, sharding = run(parallel.make_mesh(*shape))
         out[str(shape)] = dict(
             max_diff=float(np.abs(params - ref).max()),
@@ -52,17 +54,23 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sharded_step_equals_single_device():
-    out = run_on_devices(SCRIPT, 8)
+# (2, 2, 2) splits data, fsdp and tensor at once (every default run); the lopsided meshes,
+# tensor-only and data-heavy, each compile the whole step again (~40 s on 2 cores): slow
+@pytest.mark.parametrize("shapes", [
+    [(2, 2, 2)], pytest.param([(1, 2, 4), (4, 2, 1)], marks=pytest.mark.slow)])
+def test_sharded_step_equals_single_device(shapes):
+    out = run_on_devices(SCRIPT.replace("SHAPES", repr(shapes)), 8)
     # two Adam updates at lr 1e-3 (tests/rl/common.py); eta is a ratio of two gradient norms
     # (the gradient's float32 bound plus a sum of squares over all parameters), each side
     tol = adam_trajectory_tol([out["params_scale"]], updates=2, learning_rate=1e-3)
     grad = gradient_tol(TINY.replace(num_heads=8, num_kv_heads=4, head_dim=8))
     eta_tol = float32_tol(out["eta"], 2 * (grad["reduction"] * grad["depth"]
                                            + out["num_params"]))
-    for shape in ["(2, 2, 2)", "(1, 2, 4)", "(4, 2, 1)"]:
+    for shape in map(str, shapes):
         assert out[shape]["max_diff"] <= tol, (shape, tol, out[shape])
         assert out[shape]["eta_diff"] <= eta_tol, (shape, eta_tol, out[shape])
     assert out["moved"] > 50 * tol  # the update is far larger than the tolerance
-    assert out["(2, 2, 2)"]["q_shards"] == 8  # params really are split
-    assert "tensor" in out["(1, 2, 4)"]["q_spec"]
+    if "(2, 2, 2)" in out:
+        assert out["(2, 2, 2)"]["q_shards"] == 8  # params really are split
+    if "(1, 2, 4)" in out:
+        assert "tensor" in out["(1, 2, 4)"]["q_spec"]
