@@ -56,6 +56,12 @@ class ModelSection:
     compute_dtype: str = "float32"
     lora_rank: int = 0  # > 0: add adapters and train only them
     lora_alpha: float = 0.0  # 0: alpha = rank
+    # q/k RMSNorm in attention; None: the family's own (Qwen3 has it, Llama does not)
+    qk_norm: bool | None = None
+
+    @property
+    def uses_qk_norm(self) -> bool:
+        return self.family == "qwen3" if self.qk_norm is None else self.qk_norm
 
 
 @dataclasses.dataclass(frozen=True)

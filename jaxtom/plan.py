@@ -107,7 +107,7 @@ def model_config(model_section):
             family=m.family, vocab_size=m.vocab_size, hidden_size=m.hidden_size,
             intermediate_size=m.intermediate_size, num_layers=m.num_layers,
             num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-            qk_norm=m.family == "qwen3", param_dtype=param, compute_dtype=compute)
+            qk_norm=m.uses_qk_norm, param_dtype=param, compute_dtype=compute)
     path = Path(path)
     if path.suffix == ".gguf":
         import gguf

@@ -65,9 +65,17 @@ def tiny_config() -> Config:
     1.0 a quarter of the warm-up model's samples were malformed (mostly object2 = object1 or a
     repeated pair), and their format penalty, hundreds of nats, set each group's scale, so the
     ELBO's goal signal was lost; at lr 1e-3 the held-out monitor fell from 0.24 to 0.04 top-1
-    within 75 steps (seed 0, benchmarks/README.md)."""
+    within 75 steps (seed 0, benchmarks/README.md).
+
+    The decoder has no q/k norm (`model.qk_norm=False`; Qwen3 otherwise): reading the answer's
+    labels from fixed slots of the observation needs sharp positional attention, and with
+    q/k RMSNorm a query-key logit is bounded until the norm weights grow. Measured on the
+    listed-order warm-up of seed 1 (128 held-out prompts): with q/k norm the greedy answers
+    put the lead object first in 49% and the first two listed partners in 31%; without it,
+    100% and 98% (a 4x wider model with q/k norm also copies, 100% / 100%, at 1.8x the
+    warm-up time)."""
     return Config(
-        model=TINY_MODEL,
+        model=dataclasses.replace(TINY_MODEL, qk_norm=False),
         step=StepConfig(learning_rate=3e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
                         max_grad_norm=1.0, total_steps=250, end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=250,

@@ -104,7 +104,7 @@ def build_model(config, run_dir: Path, views=(), tokenizer_path=None):
         mcfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=m.hidden_size,
                            intermediate_size=m.intermediate_size, num_layers=m.num_layers,
                            num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                           head_dim=m.head_dim, qk_norm=True, tie_word_embeddings=True,
+                           head_dim=m.head_dim, qk_norm=m.uses_qk_norm, tie_word_embeddings=True,
                            max_position_embeddings=1024, eos_token_ids=tok.eos_token_ids,
                            param_dtype=m.param_dtype, compute_dtype=m.compute_dtype)
         return init_decoder(mcfg, seed), Codec(tok)

@@ -167,6 +167,10 @@ def load_hf_config(path: str | Path, **kwargs) -> ModelConfig:
 
 def config_to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
     """The `config.json` transformers needs to rebuild the same network."""
+    if cfg.qk_norm != (cfg.family == "qwen3"):
+        raise ValueError(f"a {cfg.family} decoder with qk_norm={cfg.qk_norm} has no transformers "
+                         f"architecture (Qwen3 always has q/k norm, Llama never); expected "
+                         f"qk_norm={cfg.family == 'qwen3'} to export it")
     rope: dict[str, Any] = {"rope_theta": cfg.rope_theta, "rope_type": "default"}
     if cfg.rope_llama3 is not None:
         factor, low, high, orig = cfg.rope_llama3
