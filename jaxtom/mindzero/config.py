@@ -44,6 +44,9 @@ class WarmupSpec:
     # many distinct strings (0: no check): fewer means the model ignores its observation, and
     # SSRL from there only moves a constant (seen on other CPUs), so the run stops instead.
     min_distinct: int = 0
+    # The teacher's random probabilities listed largest first (a format convention, still
+    # label-free): see `jaxtom.mindzero.data.warmup_target`.
+    descending: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,10 +86,15 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
 
 
 def warmup_target(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
-                  t: int | None = None, teacher: str = "random") -> str:
-    """A well-formed completion with the teacher's particles and random probabilities."""
+                  t: int | None = None, teacher: str = "random",
+                  descending: bool = False) -> str:
+    """A well-formed completion with the teacher's particles and random probabilities
+    (`descending`: listed largest first, so the first hypothesis is the model's top one by
+    convention; the pairs stay in the teacher's order, so nothing about the goal is taught)."""
     pairs = warmup_pairs(view, e, num_particles, rng, t, teacher)
     p = rng.dirichlet(np.ones(num_particles))
+    if descending:
+        p = np.sort(p)[::-1]
     p = np.round(p, 1)
     p[-1] = round(1.0 - p[:-1].sum(), 1)
     return format_particles(pairs, np.clip(p, 0.0, 1.0), view.labels[e], decimals=1)

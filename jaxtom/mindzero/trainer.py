@@ -189,7 +189,8 @@ class WarmupRollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                lambda e, t, rng: data_lib.warmup_target(
-                                   self.view, e, d.num_particles, rng, t, w.teacher))
+                                   self.view, e, d.num_particles, rng, t, w.teacher,
+                                   w.descending))
 
 
 def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target) -> Rollout:

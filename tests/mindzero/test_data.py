@@ -122,3 +122,23 @@ def test_listed_teacher_pairs_the_lead_with_the_next_listed_objects_in_order(vie
             assert pairs == [(order[0], order[1]), (order[0], order[2])]
             assert pairs == data_lib.warmup_pairs(blind, e, 2, np.random.default_rng(t), t,
                                                   "listed")
+
+
+def test_descending_teacher_lists_its_larger_probability_first_and_keeps_its_pairs(view):
+    """`descending` only reorders the random probabilities: the same pairs in the same order
+    (so no goal information enters), the first one never below the second, and the split
+    itself still random."""
+    firsts = []
+    for e in range(min(len(view), 6)):
+        for seed in range(8):
+            t = int(view.length[e]) // 2
+            plain = parse_particles(data_lib.warmup_target(
+                view, e, 2, np.random.default_rng(seed), t, "approached"), view.labels[e])
+            ordered = parse_particles(data_lib.warmup_target(
+                view, e, 2, np.random.default_rng(seed), t, "approached", descending=True),
+                view.labels[e])
+            assert ordered.pairs == plain.pairs
+            assert ordered.q[0] >= ordered.q[1]
+            assert sorted(ordered.q) == pytest.approx(sorted(plain.q))
+            firsts.append(ordered.q[0])
+    assert len(set(np.round(firsts, 1))) >= 3
