@@ -2,9 +2,9 @@
 from scratch with a BPE trained on generated text, compact observations
 (`jaxtom.mindzero.observation`), the Figure 7 label set (8 colored squares, the same words in
 every episode, so a from-scratch model need not learn to copy new words), 2 particles. A
-format warm-up on a label-free heuristic teacher (`approached`, probabilities listed largest
-first; it stands in for the paper's sampled generations of a bigger model and teaches the
-model to read its observation), then 400 SSRL steps on the ELBO reward, then evaluation on
+format warm-up on a label-free heuristic teacher (`approached`, which stands in for the
+paper's sampled generations of a bigger model and teaches the model to read its
+observation), then 400 SSRL steps on the ELBO reward, then evaluation on
 held-out episodes. Settings and why: `jaxtom.mindzero.experiments.tiny_config`.
 
 Ablations by switches: `mindzero.reward.entropy_weight=0.0` (w/o entropy bonus),
