@@ -47,6 +47,7 @@ def test_ssrl_learns_from_the_reward_alone(tmp_path):
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=60",
         "mindzero.data.eval_episodes=4", "mindzero.warmup.steps=60",
         "mindzero.warmup.batch_size=16", "mindzero.warmup.min_distinct=0",
+        "mindzero.warmup.learning_rate=3e-3",  # the setting the figures below were measured at
         "trainer.total_steps=150", "step.total_steps=150", "step.warmup_steps=5",
         "step.learning_rate=1e-3",
         "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0"])
