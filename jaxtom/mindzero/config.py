@@ -39,7 +39,7 @@ class WarmupSpec:
     steps: int = 0  # 0: no format warm-up
     batch_size: int = 32
     learning_rate: float = 3e-3
-    teacher: str = "random"  # random | approached | listed (see jaxtom.mindzero.data)
+    teacher: str = "random"  # random | approached | listed | lead (see jaxtom.mindzero.data)
     # After the warm-up, the held-out monitor's greedy completions must number at least this
     # many distinct strings (0: no check): fewer means the model ignores its observation, and
     # SSRL from there only moves a constant (seen on other CPUs), so the run stops instead.
@@ -103,8 +103,8 @@ class MindZeroSection:
               w.min_distinct)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
-        check(w.teacher in ("random", "approached", "listed"), "warmup.teacher",
-              "'random', 'approached' or 'listed'", w.teacher)
+        check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",
+              "'random', 'approached', 'listed' or 'lead'", w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",
               r.duplicates)
         check(0 < r.floor < 1, "reward.floor", "a number in (0, 1)", r.floor)

@@ -14,7 +14,11 @@ teaches a from-scratch model to read the observation; SSRL then has to learn fro
 which of the listed partners deserve the mass. A third, `listed`, keeps the partners in listed
 order (hypothesis k pairs the lead with the (k+1)-th listed object): a fixed slot to copy. It
 gave a much better-calibrated warm-up on seed 0 and a failed copy on seed 1
-(benchmarks/README.md, "listed-order teacher"); not the default.
+(benchmarks/README.md, "listed-order teacher"); not the default. A fourth, `lead`, pairs the
+lead with any object the nearest-first rule allows as its partner, uniformly: it teaches the
+format and where the lead sits, but nothing about which partner, which `approached` does by
+drawing from the three the observation lists first; so all of the partner choice, which is
+what moves the helper, is left to SSRL, as it is for the paper's base model.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def timestep_dataset(view: HostEpisodes, *, batch_size: int, seed: int, observat
     return ds.map(to_example).batch(batch_size, drop_remainder=True)
 
 
-TEACHERS = ("random", "approached", "listed")
+TEACHERS = ("random", "approached", "listed", "lead")
 
 
 def _ordered(a: int, b: int, start: np.ndarray) -> bool:
@@ -60,9 +64,9 @@ def _ordered(a: int, b: int, start: np.ndarray) -> bool:
 def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
                  t: int | None = None, teacher: str = "random"):
     """Distinct goal pairs from `teacher` at (e, t). `random` excludes the true goal, so the
-    warm-up never teaches it; `approached` never reads the goal at all (excluding the true goal
-    there would itself leak the label, as a learned aversion to the right answer) and is
-    topped up with random pairs when its candidates run out."""
+    warm-up never teaches it; `approached` and `lead` never read the goal at all (excluding
+    the true goal there would itself leak the label, as a learned aversion to the right
+    answer) and are topped up with random pairs when their candidates run out."""
     if teacher not in TEACHERS:
         raise ValueError(f"unknown warm-up teacher {teacher!r}; expected one of {TEACHERS}")
     start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
@@ -76,6 +80,9 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
         order = approach_order(view, e, t)
         later = order[1:4]  # the lead's likeliest partners first (see approach_order)
         if teacher == "approached":
+            rng.shuffle(later)
+        elif teacher == "lead":  # any partner the nearest-first rule allows, uniformly
+            later = [b for b in order[1:] if _ordered(order[0], b, start)]
             rng.shuffle(later)
         else:  # listed: hypothesis k pairs the lead with the (k+1)-th listed object
             later = order[1:1 + num_particles]

@@ -124,6 +124,28 @@ def test_listed_teacher_pairs_the_lead_with_the_next_listed_objects_in_order(vie
                                                   "listed")
 
 
+def test_lead_teacher_pairs_the_lead_with_any_allowed_partner_blind_to_the_goal(view):
+    """object1 is the lead, object2 any object the nearest-first rule allows after it (not
+    only the first three listed), the same whatever the goal; over many draws it reaches
+    partners beyond the third listed slot."""
+    blind = dataclasses.replace(view, goal=np.zeros_like(view.goal))
+    beyond_three = 0
+    for e in range(len(view)):
+        start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
+        for t in range(1, int(view.length[e]), 3):
+            seed = 1000 * e + t
+            pairs = data_lib.warmup_pairs(view, e, 2, np.random.default_rng(seed), t, "lead")
+            assert pairs == data_lib.warmup_pairs(blind, e, 2, np.random.default_rng(seed), t,
+                                                  "lead")
+            order = approach_order(view, e, t)
+            allowed = [b for b in order[1:] if data_lib._ordered(order[0], b, start)]
+            if len(allowed) >= 2:
+                assert all(a == order[0] and b in allowed for a, b in pairs)
+                beyond_three += any(b not in order[1:4] for _, b in pairs)
+            assert len({frozenset(p) for p in pairs}) == 2
+    assert beyond_three > 0
+
+
 def test_descending_teacher_lists_its_larger_probability_first_and_keeps_its_pairs(view):
     """`descending` only reorders the random probabilities: the same pairs in the same order
     (so no goal information enters), the first one never below the second, and the split
