@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from jaxtom.rl.losses import ADVANTAGE_SCALES
 from jaxtom.rl.step import REFERENCES, StepConfig
 from jaxtom.rl.trainer import TrainerConfig
 
@@ -291,6 +292,8 @@ def validate(config: Config) -> Config:
            "an int >= 0 (0 = every row in one sampler call)", t.rollout_rows)
     _check(0 < t.top_p <= 1, "trainer.top_p", "a number in (0, 1]", t.top_p)
     _check(t.temperature >= 0, "trainer.temperature", "a number >= 0", t.temperature)
+    _check(t.advantage_scale in ADVANTAGE_SCALES, "trainer.advantage_scale",
+           f"one of {ADVANTAGE_SCALES}", t.advantage_scale)
     _check(bool(t.workdir), "trainer.workdir", "a non-empty directory path", t.workdir)
     sizes = (mesh.data, mesh.fsdp, mesh.tensor)
     _check(all(v >= 1 or v == -1 for v in sizes) and sizes.count(-1) <= 1, "mesh",

@@ -232,7 +232,8 @@ class ParticleRollout:
         reward, terms = _elbo(self.table[episode, t], goals, q, ok, t, None,
                               self.config.mindzero.reward)
         reward = np.asarray(reward)
-        adv = np.asarray(group_advantages(reward, G))
+        adv = np.asarray(group_advantages(reward, G,
+                                           scale=self.config.trainer.advantage_scale))
         seqs, masks = completion_rows(prompts, completions)
         decisions = None
         if self.decision_ids is not None:

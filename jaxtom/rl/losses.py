@@ -23,12 +23,22 @@ def _safe_div(total, count):
     return total / jnp.maximum(count, 1.0)
 
 
-def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6) -> jax.Array:
-    """GRPO advantages `(r - mean) / (std + eps)` within consecutive groups of `group_size`.
+ADVANTAGE_SCALES = ("group", "batch", "none")
 
-    Uses the sample std (denominator G-1); a group of equal rewards gets exactly zero
-    advantage (the numerator is zero), and no critic is involved.
+
+def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6,
+                     scale: str = "group") -> jax.Array:
+    """GRPO advantages: rewards centred on their group's mean, then divided by a scale.
+
+    `scale="group"` (GRPO): each group's own sample std (denominator G-1), so every group
+    weighs the same however little its rewards differ. `"batch"`: one std over all the
+    batch's centred rewards, so a group whose rewards barely differ gets a small advantage
+    instead of unit-scale noise (MindZero's pre-pick prompts: two pairs within 0.4 nats).
+    `"none"`: centred rewards as they are (Dr. GRPO). A group of equal rewards gets exactly
+    zero advantage in every mode, and no critic is involved.
     """
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"advantage scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
     rewards = jnp.asarray(rewards, jnp.float32)
     if rewards.ndim != 1:
         raise ValueError(f"rewards must be 1-D [num_sequences], got shape {rewards.shape}")
@@ -38,10 +48,16 @@ def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6) -> 
     r = rewards.reshape(-1, group_size)
     mean = r.mean(axis=1, keepdims=True)
     centred = r - mean
-    std = jnp.sqrt(jnp.sum(centred * centred, axis=1, keepdims=True) / (group_size - 1))
     # rewards equal up to float rounding still count as equal: zero, not noise / eps
     equal = jnp.all(r == r[:, :1], axis=1, keepdims=True)
-    return jnp.where(equal, 0.0, centred / (std + eps)).reshape(-1)
+    centred = jnp.where(equal, 0.0, centred)
+    if scale == "none":
+        return centred.reshape(-1)
+    if scale == "group":
+        std = jnp.sqrt(jnp.sum(centred * centred, axis=1, keepdims=True) / (group_size - 1))
+    else:  # the pooled within-group std of the batch
+        std = jnp.sqrt(jnp.sum(centred * centred) / (r.shape[0] * (group_size - 1)))
+    return (centred / (std + eps)).reshape(-1)
 
 
 def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:

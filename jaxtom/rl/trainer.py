@@ -43,6 +43,9 @@ class TrainerConfig:
     max_new_tokens: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
+    # what divides a group's centred rewards: "group" (its std, GRPO), "batch" (one std over
+    # the step's batch) or "none" (see jaxtom.rl.losses.group_advantages)
+    advantage_scale: str = "group"
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     row_len: int = 64  # tokens per packed row
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
@@ -120,7 +123,7 @@ class CompletionRollout:
         if rewards.shape != (len(completions),):
             raise ValueError(f"reward function returned shape {rewards.shape}, expected "
                              f"({len(completions)},): one reward per completion")
-        adv = np.asarray(group_advantages(rewards, G))
+        adv = np.asarray(group_advantages(rewards, G, scale=cfg.advantage_scale))
         seqs, masks = completion_rows(prompts, completions)
         groups = [t["row"] for t in tasks for _ in range(G)]
         return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={

@@ -9,7 +9,19 @@ import math
 import numpy as np
 
 
-def group_advantages(rewards, group_size, eps=1e-6):
+def group_advantages(rewards, group_size, eps=1e-6, scale="group"):
+    if scale != "group":
+        centred = []
+        for g in range(0, len(rewards), group_size):
+            r = [float(x) for x in rewards[g:g + group_size]]
+            mean = sum(r) / len(r)
+            equal = all(x == r[0] for x in r)
+            centred += [0.0 if equal else x - mean for x in r]
+        if scale == "none":
+            return np.asarray(centred)
+        groups = len(rewards) // group_size
+        std = math.sqrt(sum(c * c for c in centred) / (groups * (group_size - 1)))
+        return np.asarray([c / (std + eps) for c in centred])
     out = []
     for g in range(0, len(rewards), group_size):
         r = [float(x) for x in rewards[g:g + group_size]]

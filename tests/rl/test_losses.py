@@ -80,6 +80,27 @@ def test_dual_clip_bounds_negative_advantage():
     assert float(s[0, 1]) == pytest.approx(2.4) and bool(clipped[0, 1])
 
 
+@pytest.mark.parametrize("scale", ["batch", "none"])
+def test_batch_and_unscaled_advantages_match_reference_and_keep_small_groups_small(scale):
+    """Unlike per-group GRPO, a group whose rewards barely differ keeps a small advantage."""
+    rng = np.random.default_rng(3)
+    G = 4
+    r = rng.normal(size=G * 6).astype(np.float32) * 10
+    r[:G] = 0.7  # all equal
+    r[G:2 * G] = np.float32([0.0, 0.01, 0.0, 0.01])  # a near-tie
+    got = np.asarray(rl.group_advantages(r, G, scale=scale))
+    want = ref.group_advantages(r, G, scale=scale)
+    centred = r.astype(np.float64).reshape(-1, G)
+    centred -= centred.mean(1, keepdims=True)
+    scale_ = np.abs(r).max() / max(np.sqrt((centred ** 2).sum() / (6 * (G - 1))), 1e-3) \
+        + np.abs(want).max()
+    assert_close(got, want, reduction=6 * G + 8, scale=scale_)
+    assert np.all(got[:G] == 0.0)
+    assert np.abs(got[G:2 * G]).max() < 0.01 < np.abs(rl.group_advantages(r, G))[G:2 * G].min()
+    with pytest.raises(ValueError, match="advantage scale"):
+        rl.group_advantages(r, G, scale="global")
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_group_advantages_match_reference(seed):
     rng = np.random.default_rng(seed)
