@@ -84,7 +84,10 @@ def tiny_config() -> Config:
     SSRL runs 400 steps (seed 1's held-out monitor still rose between steps 250 and 400).
     A teacher that lists its probabilities largest first (`mindzero.warmup.descending`)
     breaks the even split SSRL settles on (higher top-1, worse log score, no better helper):
-    measured, not the default (benchmarks/README.md)."""
+    measured, not the default (benchmarks/README.md). So do batch-scaled advantages
+    (`trainer.advantage_scale=batch`: SSRL commits to one pair, log score 1.3 nats worse);
+    the `lead` and `listed` teachers, KL to the warm-up and temperature 1.0 end at the even
+    split again (benchmarks/README.md, "probes on the helper criterion")."""
     return Config(
         model=dataclasses.replace(TINY_MODEL, qk_norm=False),
         step=StepConfig(learning_rate=3e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
