@@ -294,6 +294,10 @@ def validate(config: Config) -> Config:
     _check(t.temperature >= 0, "trainer.temperature", "a number >= 0", t.temperature)
     _check(t.advantage_scale in ADVANTAGE_SCALES, "trainer.advantage_scale",
            f"one of {ADVANTAGE_SCALES}", t.advantage_scale)
+    _check(t.advantage_std_floor >= 0 and (t.advantage_std_floor == 0
+                                           or t.advantage_scale == "group"),
+           "trainer.advantage_std_floor", "a number >= 0, set only with advantage_scale=group",
+           t.advantage_std_floor)
     _check(bool(t.workdir), "trainer.workdir", "a non-empty directory path", t.workdir)
     sizes = (mesh.data, mesh.fsdp, mesh.tensor)
     _check(all(v >= 1 or v == -1 for v in sizes) and sizes.count(-1) <= 1, "mesh",

@@ -34,6 +34,7 @@ def test_overrides_are_typed():
     ("trainer.progress=maybe", "trainer.progress", "true or false"),
     ("step.reference=copy", "step.reference", "one of"),
     ("trainer.advantage_scale=global", "trainer.advantage_scale", "one of"),
+    ("trainer.advantage_std_floor=-1", "trainer.advantage_std_floor", "a number >= 0"),
     ("step.learnin_rate=1", "step.learnin_rate", "a field of step"),
     ("optim.lr=1", "optim.lr", "a section among"),
     ("model.lora_rank=4", "step.lora", "must agree with model.lora_rank=4"),

@@ -232,8 +232,8 @@ class ParticleRollout:
         reward, terms = _elbo(self.table[episode, t], goals, q, ok, t, None,
                               self.config.mindzero.reward)
         reward = np.asarray(reward)
-        adv = np.asarray(group_advantages(reward, G,
-                                           scale=self.config.trainer.advantage_scale))
+        adv = np.asarray(group_advantages(reward, G, scale=self.config.trainer.advantage_scale,
+                                           std_floor=self.config.trainer.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
         decisions = None
         if self.decision_ids is not None:

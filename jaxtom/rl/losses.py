@@ -27,16 +27,21 @@ ADVANTAGE_SCALES = ("group", "batch", "none")
 
 
 def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6,
-                     scale: str = "group") -> jax.Array:
+                     scale: str = "group", std_floor: float = 0.0) -> jax.Array:
     """GRPO advantages: rewards centred on their group's mean, then divided by a scale.
 
     `scale="group"` (GRPO): each group's own sample std (denominator G-1), so every group
     weighs the same however little its rewards differ. `"batch"`: one std over all the
     batch's centred rewards, so a group whose rewards barely differ gets a small advantage
     instead of unit-scale noise (MindZero's pre-pick prompts: two pairs within 0.4 nats).
-    `"none"`: centred rewards as they are (Dr. GRPO). A group of equal rewards gets exactly
-    zero advantage in every mode, and no critic is involved.
+    `"none"`: centred rewards as they are (Dr. GRPO). `std_floor` (with "group"): a group's
+    std counts as at least this, so rewards that differ by less than the floor stay small
+    advantages while wider groups are normalised as in GRPO. A group of equal rewards gets
+    exactly zero advantage in every mode, and no critic is involved.
     """
+    if std_floor < 0 or (std_floor > 0 and scale != "group"):
+        raise ValueError(f"std_floor must be >= 0 and only with scale='group', got "
+                         f"{std_floor} with scale={scale!r}")
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"advantage scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
     rewards = jnp.asarray(rewards, jnp.float32)
@@ -55,6 +60,7 @@ def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6,
         return centred.reshape(-1)
     if scale == "group":
         std = jnp.sqrt(jnp.sum(centred * centred, axis=1, keepdims=True) / (group_size - 1))
+        std = jnp.maximum(std, std_floor)
     else:  # the pooled within-group std of the batch
         std = jnp.sqrt(jnp.sum(centred * centred) / (r.shape[0] * (group_size - 1)))
     return (centred / (std + eps)).reshape(-1)

@@ -46,6 +46,7 @@ class TrainerConfig:
     # what divides a group's centred rewards: "group" (its std, GRPO), "batch" (one std over
     # the step's batch) or "none" (see jaxtom.rl.losses.group_advantages)
     advantage_scale: str = "group"
+    advantage_std_floor: float = 0.0  # with "group": a group's std counts as at least this
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     row_len: int = 64  # tokens per packed row
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
@@ -123,7 +124,8 @@ class CompletionRollout:
         if rewards.shape != (len(completions),):
             raise ValueError(f"reward function returned shape {rewards.shape}, expected "
                              f"({len(completions)},): one reward per completion")
-        adv = np.asarray(group_advantages(rewards, G, scale=cfg.advantage_scale))
+        adv = np.asarray(group_advantages(rewards, G, scale=cfg.advantage_scale,
+                                           std_floor=cfg.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
         groups = [t["row"] for t in tasks for _ in range(G)]
         return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={

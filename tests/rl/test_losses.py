@@ -101,6 +101,20 @@ def test_batch_and_unscaled_advantages_match_reference_and_keep_small_groups_sma
         rl.group_advantages(r, G, scale="global")
 
 
+def test_std_floor_keeps_near_ties_small_and_leaves_wide_groups_as_grpo():
+    G = 4
+    wide = np.float32([0.0, 3.0, -2.0, 7.0])
+    tie = np.float32([0.0, 0.1, 0.0, 0.1])
+    r = np.concatenate([wide, tie])
+    got = np.asarray(rl.group_advantages(r, G, std_floor=1.0))
+    plain = np.asarray(rl.group_advantages(r, G))
+    np.testing.assert_array_equal(got[:G], plain[:G])  # std 3.9 > floor: GRPO as is
+    want = (tie - tie.mean()) / (1.0 + 1e-6)  # std 0.058 < floor: divided by the floor
+    assert_close(got[G:], want, reduction=2 * G + 8, scale=1.0)
+    with pytest.raises(ValueError, match="std_floor"):
+        rl.group_advantages(r, G, scale="batch", std_floor=1.0)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_group_advantages_match_reference(seed):
     rng = np.random.default_rng(seed)
