@@ -85,7 +85,8 @@ def tiny_config() -> Config:
     A teacher that lists its probabilities largest first (`mindzero.warmup.descending`)
     breaks the even split SSRL settles on (higher top-1, worse log score, no better helper):
     measured, not the default (benchmarks/README.md). So do batch-scaled advantages
-    (`trainer.advantage_scale=batch`: SSRL commits to one pair, log score 1.3 nats worse);
+    (`trainer.advantage_scale=batch`: SSRL commits to one pair, log score 1.3 nats worse)
+    and a per-group std floor (`trainer.advantage_std_floor=1.0`, the same commitment);
     the `lead` and `listed` teachers, KL to the warm-up and temperature 1.0 end at the even
     split again (benchmarks/README.md, "probes on the helper criterion")."""
     return Config(
