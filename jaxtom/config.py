@@ -298,6 +298,11 @@ def validate(config: Config) -> Config:
                                            or t.advantage_scale == "group"),
            "trainer.advantage_std_floor", "a number >= 0, set only with advantage_scale=group",
            t.advantage_std_floor)
+    _check(t.explore_temperature >= 0, "trainer.explore_temperature",
+           "a number >= 0 (0 = off)", t.explore_temperature)
+    _check(t.temperature > 0 or t.explore_temperature == 0, "trainer.explore_temperature",
+           "0 when trainer.temperature is 0 (greedy rollouts explore nowhere)",
+           t.explore_temperature)
     _check(bool(t.workdir), "trainer.workdir", "a non-empty directory path", t.workdir)
     sizes = (mesh.data, mesh.fsdp, mesh.tensor)
     _check(all(v >= 1 or v == -1 for v in sizes) and sizes.count(-1) <= 1, "mesh",

@@ -107,6 +107,9 @@ class SamplingInputs(NamedTuple):
     top_p: jax.Array
     stop_ids: jax.Array  # [n] int32, -1 padded
     stop_tables: jax.Array  # [n_strings, depth, vocab] int16 (see jaxtom.stop_strings)
+    explore_after: jax.Array  # [m] int32, -1 padded: the token after one of these is drawn
+    explore_temperature: jax.Array  # at this temperature instead (see `generate`),
+    explore_tokens: jax.Array  # [k] int32, -1 padded: from these ids only (all if none)
 
 
 def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
@@ -121,8 +124,12 @@ def step_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
     return jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
 
 
-def choose_tokens(logits, keys, temperature, top_k, top_p, use_filter: bool, greedy: bool = False):
+def choose_tokens(logits, keys, temperature, top_k, top_p, use_filter: bool, greedy: bool = False,
+                  allowed=None):
     """Samples (or argmaxes when temperature <= 0) one token per row; returns token, logprob.
+
+    `temperature` is a scalar or one value per row [B]; `allowed` ([B, V] bool, optional)
+    restricts the draw, not the returned log-prob (the model's at temperature 1).
 
     `keys` holds one key per row (see `row_keys`): each row's Gumbel noise comes from its own
     key alone, so it does not depend on the batch size or the other rows.
@@ -133,7 +140,10 @@ def choose_tokens(logits, keys, temperature, top_k, top_p, use_filter: bool, gre
     if greedy:
         token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         return token, jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
-    scaled = logits / jnp.maximum(temperature, 1e-6)
+    temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), logits.shape[:1])
+    scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
+    if allowed is not None:
+        scaled = jnp.where(allowed, scaled, -jnp.inf)
     if use_filter:
         desc = -jnp.sort(-scaled, axis=-1)
         vocab = scaled.shape[-1]
@@ -161,10 +171,19 @@ class _Sampler:
         self.config, self.inp = config, inp
         self.keys = row_keys(inp.key, inp.row_ids)
 
-    def choose(self, logits, step):
+    def choose(self, logits, step, previous=None):
+        """The next token per row; `previous` (the row's last token, None for the first)
+        selects `explore_temperature` after an `explore_after` id."""
         inp = self.inp
-        return choose_tokens(logits, step_keys(self.keys, step), inp.temperature, inp.top_k,
-                             inp.top_p, self.config.use_filter, self.config.greedy)
+        temperature, allowed = inp.temperature, None
+        if previous is not None:
+            hot = jnp.isin(previous, inp.explore_after)
+            temperature = jnp.where(hot, inp.explore_temperature, temperature)
+            ids = jnp.arange(logits.shape[-1])
+            candidate = jnp.isin(ids, inp.explore_tokens) | (inp.explore_tokens[0] < 0)
+            allowed = ~hot[:, None] | candidate[None, :]
+        return choose_tokens(logits, step_keys(self.keys, step), temperature, inp.top_k,
+                             inp.top_p, self.config.use_filter, self.config.greedy, allowed)
 
     def stopped(self, tok, sstate):
         """(did `tok` stop the row, the stop-string automata's next states)."""
@@ -223,7 +242,7 @@ def _decode(graphdef, config: LoopConfig, params, cache: KVCache, state: LoopSta
         logits, ks, vs = model.forward_layers_cached(s.token[:, None], s.keys, s.values,
                                                      s.lengths, layers)
         live = ~s.done
-        new, lp = sampler.choose(logits[:, 0], s.step)
+        new, lp = sampler.choose(logits[:, 0], s.step, s.token)
         hit, new_sstate = sampler.stopped(new, s.stop_state)
         n_new = s.n_new + live.astype(jnp.int32)
         return LoopState(
@@ -284,7 +303,8 @@ def input_shardings(mesh: Mesh) -> tuple[PromptChunk, SamplingInputs]:
     mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
     return (PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row),
             SamplingInputs(row_ids=row, key=rep, max_new=rep, temperature=rep, top_k=rep,
-                           top_p=rep, stop_ids=rep, stop_tables=rep))
+                           top_p=rep, stop_ids=rep, stop_tables=rep, explore_after=rep,
+                           explore_temperature=rep, explore_tokens=rep))
 
 
 def cache_sharding(mesh: Mesh) -> NamedSharding:
@@ -340,7 +360,9 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
              resume: ResumeState | None = None, stop_at_eos: bool = True,
              max_cache_len: int | None = None, pad_id: int = 0,
              row_ids: Sequence[int] | np.ndarray | None = None,
-             buffer_len: int | None = None) -> GenerationResult:
+             buffer_len: int | None = None, explore_after: Sequence[int] = (),
+             explore_temperature: float = 1.0,
+             explore_tokens: Sequence[int] = ()) -> GenerationResult:
     """Generates up to `max_new_tokens` per prompt; temperature <= 0 means greedy.
 
     `prompts` are token-id lists (or strings with `tokenizer=`); with `resume=` they are the
@@ -355,6 +377,12 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     `buffer_len` columns (default: `max_new_tokens` rounded up by `bucket`, at least 16).
     Pass the largest cap of a run as `buffer_len` to have every phase share one decode
     program.
+
+    `explore_after`: token ids after which the next token is drawn at `explore_temperature`
+    instead of `temperature`, and only from `explore_tokens` when given (exploration at a
+    chosen decision point, e.g. a probability's digit after "0.", drawn among the digits);
+    values only, so it never recompiles. Greedy decoding ignores it. The returned log-probs
+    stay those of the model at temperature 1.
     """
     cfg = model.config
     if max_new_tokens < 1:
@@ -370,6 +398,13 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
         raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+    explore_ids = [int(i) for i in explore_after]
+    explore_choices = [int(i) for i in explore_tokens]
+    for name, ids in (("explore_after", explore_ids), ("explore_tokens", explore_choices)):
+        if any(i < 0 or i >= cfg.vocab_size for i in ids):
+            raise ValueError(f"{name} ids must lie in [0, {cfg.vocab_size}), got {ids}")
+    if explore_ids and not explore_temperature > 0:
+        raise ValueError(f"explore_temperature must be > 0, got {explore_temperature}")
     if key is None:
         if temperature > 0:
             raise ValueError("sampling with temperature > 0 needs an explicit PRNG key=")
@@ -430,6 +465,10 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         np.zeros((0, 1, cfg.vocab_size), np.int16))
     stop_arr = np.full(bucket(max(len(stop_ids), 1), 4), -1, np.int32)
     stop_arr[:len(stop_ids)] = stop_ids
+    explore_arr = np.full(bucket(max(len(explore_ids), 1), 4), -1, np.int32)
+    explore_arr[:len(explore_ids)] = explore_ids
+    choices_arr = np.full(bucket(max(len(explore_choices), 1), 4), -1, np.int32)
+    choices_arr[:len(explore_choices)] = explore_choices
 
     graphdef, params = nnx.split(model)
     greedy = temperature <= 0
@@ -444,7 +483,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         row_ids=np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32),
         key=key, max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
         top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
-        stop_tables=tables)
+        stop_tables=tables, explore_after=explore_arr,
+        explore_temperature=np.float32(explore_temperature), explore_tokens=choices_arr)
     if mesh is not None:
         # placed explicitly: with several processes JAX accepts no host arrays for a program
         # sharded over devices (here the mesh is this process's own devices)

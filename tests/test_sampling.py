@@ -253,3 +253,44 @@ def test_compilations_are_bounded_across_prompt_lengths_and_caps(qwen):
     prefill_shapes = {(sampling.bucket(n, 8), sampling.bucket(cap, 16)) for n, cap in calls}
     assert traced == {"prefill": len(prefill_shapes), "decode": 3}
     assert len(prefill_shapes) == 5
+
+
+def test_explore_temperature_applies_only_after_marker_tokens(qwen):
+    """A near-zero temperature reproduces greedy decoding; with the greedy first token as the
+    marker, the token right after it is drawn at the explore temperature (rows disagree)
+    while the first token, drawn with no marker before it, stays greedy. Log-probs stay the
+    model's at temperature 1."""
+    model, _ = qwen
+    prompt, rows = PROMPTS[0], 24
+    greedy = sampling.generate(model, [prompt], max_new_tokens=4, temperature=0.0).tokens[0]
+    kw = dict(max_new_tokens=4, temperature=1e-4, key=jax.random.key(3))
+    cold = sampling.generate(model, [prompt] * rows, **kw).tokens
+    assert (cold == greedy).all()
+    marker = int(greedy[0])
+    hot = sampling.generate(model, [prompt] * rows, **kw, explore_after=[marker],
+                            explore_temperature=50.0)
+    assert (hot.tokens[:, 0] == marker).all()
+    assert len(set(hot.tokens[:, 1].tolist())) >= 5
+    # restricted to chosen ids, the explored token is one of them and the rest unchanged
+    choices = [3, 30, 77]
+    few = sampling.generate(model, [prompt] * rows, **kw, explore_after=[marker],
+                            explore_temperature=50.0, explore_tokens=choices)
+    assert set(few.tokens[:, 1].tolist()) <= set(choices) and len(set(few.tokens[:, 1])) >= 2
+    assert (few.tokens[:, 0] == marker).all()
+    # a marker nobody produces changes nothing
+    unused = next(i for i in range(256) if i not in set(cold.ravel().tolist()))
+    same = sampling.generate(model, [prompt] * rows, **kw, explore_after=[unused],
+                             explore_temperature=50.0)
+    assert np.array_equal(same.tokens, cold)
+    seq = prompt + hot.sequences()[0]
+    logp = jax.nn.log_softmax(model(np.asarray([seq])), -1)[0, len(prompt) - 1:-1]
+    expected = np.take_along_axis(np.asarray(logp), np.asarray(hot.sequences()[0])[:, None],
+                                  1)[:, 0]
+    tol = logprob_tol(model, max(cache_len(hot), len(seq)), [seq], expected)
+    np.testing.assert_allclose(hot.logprobs[0], expected, rtol=0, atol=tol)
+    with pytest.raises(ValueError, match="explore_temperature must be > 0"):
+        sampling.generate(model, [[1]], **kw, explore_after=[1], explore_temperature=0.0)
+    with pytest.raises(ValueError, match="explore_after ids must lie"):
+        sampling.generate(model, [[1]], **kw, explore_after=[256])
+    with pytest.raises(ValueError, match="explore_tokens ids must lie"):
+        sampling.generate(model, [[1]], **kw, explore_after=[1], explore_tokens=[-2])

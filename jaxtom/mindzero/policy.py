@@ -75,6 +75,14 @@ class Codec:
         return frozenset(i for i, text in texts
                          if text.strip() in words or any(ch.isdigit() for ch in text))
 
+    @functools.cached_property
+    def probability_markers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(ids whose text ends just before a probability's first decimal, i.e. in "0.";
+        the one-digit ids): where and among what `trainer.explore_temperature` explores."""
+        texts = [(i, self.tokenizer.decode([i])) for i in range(self.tokenizer.vocab_size)]
+        return (tuple(i for i, text in texts if text.endswith("0.")),
+                tuple(i for i, text in texts if len(text) == 1 and text.isdigit()))
+
     def prompt_ids(self, prompt: str) -> list[int]:
         if self.chat:
             return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])

@@ -31,7 +31,7 @@ from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
 from jaxtom.models import ModelConfig, add_lora, from_pretrained, init_decoder
 from jaxtom.rl import StepConfig, group_advantages
 from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, sample_rows
+from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, explore_kwargs, sample_rows
 from jaxtom.tokenizer import Tokenizer
 
 _elbo = jax.jit(elbo_reward, static_argnames=("cfg",))
@@ -258,7 +258,8 @@ class ParticleRollout:
         return generate_rows(model, prompts, sample_rows(tasks, c.group_size), key=key,
                              max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                              top_p=c.top_p, stop=list(self.codec.eos_ids),
-                             pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+                             pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
+                             **explore_kwargs(c, *self.codec.probability_markers))
 
 
 def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 128):

@@ -47,6 +47,12 @@ class TrainerConfig:
     # the step's batch) or "none" (see jaxtom.rl.losses.group_advantages)
     advantage_scale: str = "group"
     advantage_std_floor: float = 0.0  # with "group": a group's std counts as at least this
+    # > 0: the token after any of `explore_after`'s ids is sampled at this temperature,
+    # among `explore_tokens` (all when empty): exploration at a decision point. MindZero's
+    # rollout supplies its own (a probability's digit: `Codec.probability_markers`)
+    explore_temperature: float = 0.0
+    explore_after: tuple[int, ...] = ()
+    explore_tokens: tuple[int, ...] = ()
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     row_len: int = 64  # tokens per packed row
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
@@ -97,6 +103,20 @@ def completion_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequ
     return seqs, masks
 
 
+def explore_kwargs(cfg: TrainerConfig, markers: Sequence[int] | None = None,
+                   choices: Sequence[int] | None = None) -> dict:
+    """The sampler's exploration arguments for `cfg` (none when it is off); `markers` and
+    `choices` replace `cfg.explore_after` and `cfg.explore_tokens`."""
+    if cfg.explore_temperature <= 0:
+        return {}
+    ids = tuple(cfg.explore_after if markers is None else markers)
+    if not ids:
+        raise ValueError("trainer.explore_temperature > 0 needs marker tokens "
+                         "(trainer.explore_after), found none")
+    return {"explore_after": ids, "explore_temperature": cfg.explore_temperature,
+            "explore_tokens": tuple(cfg.explore_tokens if choices is None else choices)}
+
+
 def sample_rows(tasks: Sequence[dict], group_size: int) -> np.ndarray:
     """Global sampler row ids of `tasks`' samples: task row r, sample g -> r * G + g."""
     return np.asarray([t["row"] * group_size + g for t in tasks for g in range(group_size)],
@@ -119,7 +139,7 @@ class CompletionRollout:
         completions = distributed.generate_rows(
             model, prompts, sample_rows(tasks, G), key=key, max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature, top_p=cfg.top_p, stop=cfg.stop_tokens,
-            pad_id=cfg.pad_id, rows_per_call=cfg.rollout_rows)
+            pad_id=cfg.pad_id, rows_per_call=cfg.rollout_rows, **explore_kwargs(cfg))
         rewards = np.asarray(self.reward_fn(completions, records), np.float32)
         if rewards.shape != (len(completions),):
             raise ValueError(f"reward function returned shape {rewards.shape}, expected "

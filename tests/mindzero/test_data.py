@@ -1,5 +1,6 @@
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
@@ -164,3 +165,40 @@ def test_descending_teacher_lists_its_larger_probability_first_and_keeps_its_pai
             assert sorted(ordered.q) == pytest.approx(sorted(plain.q))
             firsts.append(ordered.q[0])
     assert len(set(np.round(firsts, 1))) >= 3
+
+
+def test_probability_markers_precede_each_probability_digit_and_reach_the_sampler(
+        view, monkeypatch):
+    """`Codec.probability_markers` are the tokens right before a p's first decimal and the
+    digits, and the SSRL rollout hands them to the sampler with
+    `trainer.explore_temperature` (recorded, not assumed); with exploration off, nothing."""
+
+
+    from jaxtom.mindzero import trainer as mz_trainer
+    from jaxtom.mindzero.experiments import tiny_config
+    rng = np.random.default_rng(0)
+    texts = [compact_observation(view, e, t, 2) for e, t in data_lib.timestep_records(view, 4)]
+    texts += [data_lib.warmup_target(view, e, 2, rng) for e in range(len(view))]
+    codec = Codec(train_bpe(texts, 420))
+    markers, digits = codec.probability_markers
+    assert markers and all(codec.decode([i]).endswith("0.") for i in markers)
+    assert sorted(codec.decode([i]) for i in digits) == list("0123456789")
+    target = data_lib.warmup_target(view, 0, 2, rng)
+    ids = codec.completion_ids(target)
+    after = [codec.decode([ids[j + 1]]) for j in range(len(ids) - 1) if ids[j] in markers]
+    assert len(after) == 2 and all(text in "0123456789" for text in after)
+
+    seen = []
+    monkeypatch.setattr(mz_trainer, "generate_rows",
+                        lambda model, prompts, rows, **kw: seen.append(kw) or [[1]] * len(rows))
+    base = tiny_config()
+    for temp, expected in ((0.0, None), (2.5, (markers, 2.5, digits))):
+        config = dataclasses.replace(base, trainer=dataclasses.replace(base.trainer, explore_temperature=temp))
+        rollout = mz_trainer.ParticleRollout(config, codec, view, table=None)
+        rollout.generate(None, [[1]] * 8, [{"row": 0}], jax.random.key(0))
+        got = seen[-1]
+        if expected is None:
+            assert "explore_after" not in got
+        else:
+            assert (tuple(got["explore_after"]), got["explore_temperature"],
+                    tuple(got["explore_tokens"])) == expected

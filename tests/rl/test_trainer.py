@@ -84,3 +84,15 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert data_a == data_b
+
+
+def test_explore_kwargs_off_by_default_and_need_markers():
+    from jaxtom.rl.trainer import explore_kwargs
+    assert explore_kwargs(TrainerConfig()) == {}
+    on = TrainerConfig(explore_temperature=2.0, explore_after=(5, 6))
+    assert explore_kwargs(on) == {"explore_after": (5, 6), "explore_temperature": 2.0,
+                                  "explore_tokens": ()}
+    assert explore_kwargs(on, markers=[9], choices=[3])["explore_after"] == (9,)
+    assert explore_kwargs(on, markers=[9], choices=[3])["explore_tokens"] == (3,)
+    with pytest.raises(ValueError, match="needs marker tokens"):
+        explore_kwargs(TrainerConfig(explore_temperature=2.0))
