@@ -3,8 +3,8 @@
 Methods, all in one harness on the same held-out (episode, t): MindZero (the checkpoint), the
 untrained model (the warm-up-only checkpoint when the run had a warm-up), a random goal, the
 exact Bayesian posterior (full, and its top-N as particles), and a uniform guess. Assistance
-speedups (random_prob 0.15, seeds 10/20/30) for the models, with the gridworld's random, BIP
-and oracle helpers beside them. TFLOPs per query follow appendix A.2. With
+speedups (human randomness `eval.random_prob`, human seeds `eval.seeds`; 0.15 and 10/20/30
+by default) for the models, with the gridworld's random, BIP and oracle helpers beside them. TFLOPs per query follow appendix A.2. With
 `eval.qa_episodes > 0`, QA accuracy (appendix B.2, question types 1-3) of the models and the
 exact-posterior / random baselines on held-out QA episodes.
 """
@@ -191,6 +191,8 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
             assist_tab[label] = {"speedup": sim[h]["mean"], "speedup_se": sim[h]["sem"]}
         results["assistance"] = assist_tab
         results["assist_episodes"] = n_assist
+        results["assist_human"] = {"random_prob": float(cfg.mindzero.eval.random_prob),
+                                   "seeds": [int(x) for x in cfg.mindzero.eval.seeds]}
         if assist_curves:
             metrics.plot_accuracy_by_progress(assist_curves, run_dir / "assist_accuracy.png",
                                               "assistance, goal accuracy vs progress")
@@ -220,8 +222,10 @@ def markdown(results: dict, n: int) -> str:
     if "qa" in results:
         lines += [""] + qa_markdown(results["qa"])
     if "assistance" in results:
+        human = results.get("assist_human", {"random_prob": 0.15, "seeds": [10, 20, 30]})
+        seeds = "/".join(str(x) for x in human["seeds"])
         lines += ["", f"Proactive assistance on {results.get('assist_episodes', results['episodes'])} "
-                  "episodes (human randomness 0.15, seeds 10/20/30):", "",
+                  f"episodes (human randomness {human['random_prob']:g}, seeds {seeds}):", "",
                   "| helper driven by | speedup | TFLOPs/query |", "|---|---|---|"]
         for name, entry in results["assistance"].items():
             tf = entry.get("tflops_per_query")

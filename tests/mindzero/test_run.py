@@ -22,3 +22,12 @@ def test_load_run_config_round_trips_config_json(tmp_path):
         load_run_config(tmp_path)
     with pytest.raises(FileNotFoundError):
         load_run_config(tmp_path / "missing")
+
+
+def test_assistance_heading_names_the_human_settings_used():
+    from jaxtom.mindzero.run import markdown
+    entry = {"speedup": 0.1, "speedup_se": 0.01}
+    results = {"episodes": 4, "queries": 9, "goal_inference": {}, "assist_episodes": 4,
+               "assistance": {"oracle": entry},
+               "assist_human": {"random_prob": 0.3, "seeds": [1, 2, 5]}}
+    assert "human randomness 0.3, seeds 1/2/5" in markdown(results, 2)
