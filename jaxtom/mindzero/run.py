@@ -4,9 +4,10 @@ Methods, all in one harness on the same held-out (episode, t): MindZero (the che
 untrained model (the warm-up-only checkpoint when the run had a warm-up), a random goal, the
 exact Bayesian posterior (full, and its top-N as particles), and a uniform guess. Assistance
 speedups (human randomness `eval.random_prob`, human seeds `eval.seeds`; 0.15 and 10/20/30
-by default) for the models, with the gridworld's random, BIP and oracle helpers beside them. TFLOPs per query follow appendix A.2. With
-`eval.qa_episodes > 0`, QA accuracy (appendix B.2, question types 1-3) of the models and the
-exact-posterior / random baselines on held-out QA episodes.
+by default) for the models, with the gridworld's random, BIP and oracle helpers beside them.
+TFLOPs per query follow appendix A.2. With `eval.qa_episodes > 0`, QA accuracy (appendix
+B.2, question types 1-3) of the models and the exact-posterior / random baselines on
+held-out QA episodes.
 """
 
 from __future__ import annotations
