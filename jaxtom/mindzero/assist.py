@@ -70,7 +70,7 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
            temperature: float = 0.0):
     """Runs the model-driven helper on every episode x seed; returns speedups [S, E], the
     (row, t, correct) log of the argmax particle, and tokens per query."""
-    if observation != "compact":
+    if not observation.startswith("compact"):
         raise NotImplementedError("online assistance renders the compact observation only; "
                                   "the figure transcript needs the live EpisodeSet (TODO)")
     render = get_observation(observation)

@@ -6,7 +6,9 @@ An observation is a function `(view, episode, t, num_particles) -> str` over `Ho
     real LLMs read;
   * `compact`: a short line for small models trained from scratch on a CPU: per object, in
     label order, its label and its path distance from the human at the start, `lag` steps ago
-    and now (`held` for the carried object). These are functions of the observed states only (no goal, no
+    and now (`held` for the carried object); `compact_closing` adds each object's closing
+    count in the current phase (steps towards minus steps away, what `approach_order` sorts
+    by), so whether the human's path separates two partners is one token per slot. These are functions of the observed states only (no goal, no
     planner), i.e. the transcript's positions pre-digested into distances, so sequences stay
     ~45 tokens instead of ~1,500.
 `t` counts observed human actions (1 <= t < episode length).
@@ -69,6 +71,12 @@ def phase_start(view, e: int, t: int) -> int:
     return s
 
 
+def closing_counts(view, e: int, t: int) -> np.ndarray:
+    """[K] steps towards minus steps away from each object since the current phase began."""
+    d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
+    return np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(d.shape[1], int)
+
+
 def approach_order(view, e: int, t: int) -> list[int]:
     """Object ids as the compact observation lists them. First the lead object: the carried
     one, else the one the human has closed in on most consistently during the current phase
@@ -78,20 +86,20 @@ def approach_order(view, e: int, t: int) -> list[int]:
     distance now and label. The order is a function of observed states only; it puts the
     geometric evidence up front so a small model can read it, and SSRL has to learn how far to
     trust it (how much mass the listed alternatives deserve)."""
-    d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
-    closing = np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(d.shape[1])
+    now = view.distances(e, t)
+    closing = closing_counts(view, e, t)
     labels = view.labels[e]
     lead = int(view.holding[e, t])
     if lead < 0:
-        lead = min(range(d.shape[1]), key=lambda k: (-int(closing[k]), int(d[-1, k]), labels[k]))
+        lead = min(range(len(now)), key=lambda k: (-int(closing[k]), int(now[k]), labels[k]))
     start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
     partner = lambda k: (int(start[k]), k) > (int(start[lead]), lead)  # noqa: E731
-    return sorted(range(d.shape[1]), key=lambda k: (k != lead, not partner(k), -int(closing[k]),
-                                                   int(d[-1, k]), labels[k]))
+    return sorted(range(len(now)), key=lambda k: (k != lead, not partner(k), -int(closing[k]),
+                                                 int(now[k]), labels[k]))
 
 
 def compact_observation(view: HostEpisodes, e: int, t: int, num_particles: int,
-                        lag: int = 4) -> str:
+                        lag: int = 4, closing: bool = False) -> str:
     """`n=2 | 7 3 held brown square | 9 8 6 blue square | ...`: every object as its path
     distance from the human at the start, `lag` actions ago and now (`held` for the carried
     object), then its label, listed in `approach_order`. Every slot has the same token length;
@@ -103,12 +111,16 @@ def compact_observation(view: HostEpisodes, e: int, t: int, num_particles: int,
     now = view.distances(e, t)
     held = int(view.holding[e, t])
     cap = lambda d: str(min(int(d), MAX_DISTANCE))  # noqa: E731
-    parts = [f"{cap(start[k])} {cap(before[k])} {'held' if k == held else cap(now[k])} "
-             f"{view.labels[e][k]}" for k in approach_order(view, e, t)]
+    count = closing_counts(view, e, t) if closing else None
+    signed = lambda k: f" {max(-MAX_CLOSING, min(MAX_CLOSING, int(count[k]))):+d}"  # noqa: E731
+    parts = [f"{cap(start[k])} {cap(before[k])} {'held' if k == held else cap(now[k])}"
+             f"{signed(k) if closing else ''} {view.labels[e][k]}"
+             for k in approach_order(view, e, t)]
     return f"n={num_particles} | " + " | ".join(parts)
 
 
 MAX_DISTANCE = 63  # distances in compact observations are capped here (one token each)
+MAX_CLOSING = 9  # closing counts (compact_closing) are capped at +-9
 COMPACT_WORDS = tuple(f" {d}" for d in range(MAX_DISTANCE + 1)) + (" held",)
 
 
@@ -121,7 +133,13 @@ def figure_observation(view: HostEpisodes, e: int, t: int, num_particles: int,
     return assistance_prompt(state_at(initial, traj, t), traj, num_particles, modality=modality)
 
 
+def compact_closing_observation(view: HostEpisodes, e: int, t: int, num_particles: int) -> str:
+    """`compact` plus each object's signed closing count in the current phase."""
+    return compact_observation(view, e, t, num_particles, closing=True)
+
+
 OBSERVATIONS: dict[str, Callable[..., str]] = {"compact": compact_observation,
+                                               "compact_closing": compact_closing_observation,
                                                "figure": figure_observation}
 
 

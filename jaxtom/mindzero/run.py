@@ -138,7 +138,7 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
             max_new_tokens=cfg.trainer.max_new_tokens, temperature=cfg.mindzero.eval.temperature,
             seed=cfg.trainer.seed)
     refs = ev.reference_beliefs(view, rows, params, cfg.trainer.seed, n)
-    if cfg.mindzero.data.observation == "compact":
+    if cfg.mindzero.data.observation.startswith("compact"):
         beliefs["listed order (heuristic)"] = ev.listed_order_beliefs(view, rows, n)
     beliefs.update({"random goal": refs["random"], "exact posterior": refs["exact"],
                     f"exact posterior top-{n}": refs[f"exact_top{n}"],

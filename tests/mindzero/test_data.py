@@ -64,6 +64,22 @@ def test_compact_observation(view):
         get_observation("video")
 
 
+def test_compact_closing_adds_each_slots_closing_count_and_keeps_the_rest(view):
+    render = get_observation("compact_closing")
+    for e, t in data_lib.timestep_records(view, 5):
+        plain = compact_observation(view, e, t, 2).split(" | ")
+        slots = render(view, e, t, 2).split(" | ")
+        assert slots[0] == plain[0]
+        d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
+        closing = np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(d.shape[1])
+        for with_count, without, k in zip(slots[1:], plain[1:], approach_order(view, e, t)):
+            words = with_count.split(" ")
+            assert " ".join(words[:3] + words[4:]) == without
+            assert int(words[3]) == max(-9, min(9, int(closing[k])))
+            assert words[3][0] in "+-"
+
+
+
 def test_figure_observation_is_the_paper_prompt(view):
     text = get_observation("figure")(view, 1, 4, 2)
     assert "Please output the minified JSON." in text and "t=4:" in text
