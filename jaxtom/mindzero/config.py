@@ -44,6 +44,16 @@ class WarmupSpec:
     # many distinct strings (0: no check): fewer means the model ignores its observation, and
     # SSRL from there only moves a constant (seen on other CPUs), so the run stops instead.
     min_distinct: int = 0
+    # ... and at least this share of them must name the observation's lead (the object the
+    # compact observation lists first, what the `approached` and `listed` teachers always write
+    # as object1) in their first hypothesis (0: no check): below it the model writes the
+    # format without copying from its observation.
+    min_lead: float = 0.0
+    # A warm-up that fails those checks is run again from a fresh initialisation (init seed
+    # + k on the k-th retry) at most this many times before the run stops: whether a
+    # from-scratch model learns to copy in a fixed number of steps varies over
+    # initialisations (benchmarks/README.md).
+    retries: int = 0
     # The teacher's random probabilities listed largest first (a format convention, still
     # label-free): see `jaxtom.mindzero.data.warmup_target`.
     descending: bool = False
@@ -102,6 +112,9 @@ class MindZeroSection:
         check(w.batch_size >= 1, "warmup.batch_size", "a positive int", w.batch_size)
         check(w.min_distinct >= 0, "warmup.min_distinct", "an int >= 0 (0: no check)",
               w.min_distinct)
+        check(0.0 <= w.min_lead <= 1.0, "warmup.min_lead", "a share in [0, 1] (0: no check)",
+              w.min_lead)
+        check(w.retries >= 0, "warmup.retries", "an int >= 0", w.retries)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
         check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",

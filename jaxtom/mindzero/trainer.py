@@ -297,26 +297,35 @@ def monitor_rows(config, view: HostEpisodes, num_rows: int):
 def monitor_scores(texts, rows, true, view: HostEpisodes, num_particles: int,
                    score_mix: float) -> dict:
     """Top-1, mean log score of the true goal and distinct completions of the monitor's
-    completions (malformed ones score as the evaluation scores them)."""
+    completions (malformed ones score as the evaluation scores them), and `lead_first`: the
+    share whose first hypothesis names the observation's lead (`approach_order`'s first
+    object) as object1, the slot a model that reads its observation copies."""
     from jaxtom.eval.metrics import goal_scores
     from jaxtom.mindzero.evaluate import dense
-    beliefs = np.stack([dense(parse_particles(x, view.labels[e], mode="eval",
-                                              num_particles=num_particles), 8)
-                        for x, (e, _) in zip(texts, rows)])
+    from jaxtom.mindzero.observation import approach_order
+    parsed = [parse_particles(x, view.labels[e], mode="eval", num_particles=num_particles)
+              for x, (e, _) in zip(texts, rows)]
+    beliefs = np.stack([dense(p, 8) for p in parsed])
     s = goal_scores(beliefs, true, np.full_like(beliefs, 1.0 / beliefs.shape[1]), score_mix)
+    lead = [bool(p.ok) and p.pairs[0][0] == approach_order(view, e, t)[0]
+            for p, (e, t) in zip(parsed, rows)]
     return {"top1": float(np.mean(s["top1"])), "log_score": float(np.mean(s["log_score"])),
-            "distinct_completions": float(len(set(texts)))}
+            "distinct_completions": float(len(set(texts))), "lead_first": float(np.mean(lead))}
 
 
 class WarmupCollapsed(RuntimeError):
     """The warm-up ended input-independent; SSRL from it would only move a constant."""
 
 
-def check_warmup(scores: dict, min_distinct: int) -> dict:
+def check_warmup(scores: dict, min_distinct: int, min_lead: float = 0.0) -> dict:
     """The warm-up model's held-out monitor scores, printed; raises `WarmupCollapsed` when its
-    greedy completions number fewer than `min_distinct` distinct strings."""
+    greedy completions number fewer than `min_distinct` distinct strings, or when fewer than
+    `min_lead` of them name the observation's lead first (it writes the format without
+    reading its observation)."""
+    lead = scores.get("lead_first")
     print(f"warm-up, held-out monitor: top-1 {scores['top1']:.3f}, log score "
-          f"{scores['log_score']:.2f}, {scores['distinct_completions']:.0f} distinct completions")
+          f"{scores['log_score']:.2f}, {scores['distinct_completions']:.0f} distinct completions"
+          + ("" if lead is None else f", lead named first {lead:.2f}"))
     if scores["distinct_completions"] < min_distinct:
         raise WarmupCollapsed(
             f"the warm-up model gives {scores['distinct_completions']:.0f} distinct completions "
@@ -324,7 +333,51 @@ def check_warmup(scores: dict, min_distinct: int) -> dict:
             "observation. Train it longer (mindzero.warmup.steps) or at another "
             "mindzero.warmup.learning_rate, or disable the check with "
             "mindzero.warmup.min_distinct=0.")
+    if min_lead and (lead is None or lead < min_lead):
+        raise WarmupCollapsed(
+            f"the warm-up model names the observation's lead first in {lead} of the held-out "
+            f"monitor's answers (expected >= {min_lead}): it writes the format without copying "
+            "from its observation. Train it longer (mindzero.warmup.steps), at another "
+            "mindzero.warmup.learning_rate or from another initialisation "
+            "(mindzero.warmup.retries, model.seed), or disable the check with "
+            "mindzero.warmup.min_lead=0.")
     return scores
+
+
+def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, monitor, mesh):
+    """The format warm-up, checked on the held-out monitor when `warmup.min_distinct`,
+    `warmup.min_lead` or `trainer.eval_every` ask for it; returns (model, monitor scores or
+    None). A warm-up that fails its check starts again from a fresh initialisation (init seed
+    + k, under `warmup_train_k`) up to `warmup.retries` times, then the run stops. Every
+    attempt is step-based and resumable, so a rerun takes the same path."""
+    w = config.mindzero.warmup
+    wcfg = dataclasses.replace(warmup_trainer_config(config), row_len=max_row_len(
+        config, codec, view, max(config.trainer.max_new_tokens,
+                                 longest_teacher_target(config, codec, view))))
+    checked = bool(config.trainer.eval_every or w.min_distinct or w.min_lead)
+    scores = None
+    for attempt in range(w.retries + 1):
+        if attempt:
+            print(f"warm-up: retry {attempt} of {w.retries} from init seed +{attempt}")
+            fresh = dataclasses.replace(config, model=dataclasses.replace(
+                config.model, seed=config.model.seed + attempt))
+            model, _ = build_model(fresh, run_dir)
+        cfg = wcfg if not attempt else dataclasses.replace(
+            wcfg, workdir=f"{wcfg.workdir}_{attempt}")
+        warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
+                       warmup_step_config(config), cfg, mesh=mesh, desc="warm-up")
+        model = warm.learner.model(warm.run())
+        if not checked:
+            break
+        scores = monitor(0, model)
+        try:
+            check_warmup(scores, w.min_distinct, w.min_lead)
+            break
+        except WarmupCollapsed:
+            if attempt == w.retries:
+                raise
+    save_model(model, run_dir / "warmup")
+    return model, scores
 
 
 def train(config, progress: bool = True) -> dict:
@@ -350,18 +403,12 @@ def train(config, progress: bool = True) -> dict:
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
     mz = config.mindzero
-    if mz.warmup.steps:
-        wcfg = dataclasses.replace(warmup_trainer_config(config), row_len=max_row_len(
-            config, codec, view, max(config.trainer.max_new_tokens,
-                                     longest_teacher_target(config, codec, view))))
-        warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
-                       warmup_step_config(config), wcfg, mesh=mesh, desc="warm-up")
-        model = warm.learner.model(warm.run())
-        save_model(model, run_dir / "warmup")
-    timings["warmup_s"] = time.perf_counter() - t1
     monitor = heldout_monitor(config, test_view, codec)
-    if mz.warmup.steps and (config.trainer.eval_every or mz.warmup.min_distinct):
-        timings["warmup_monitor"] = check_warmup(monitor(0, model), mz.warmup.min_distinct)
+    if mz.warmup.steps:
+        model, scores = warm_up(config, model, codec, view, run_dir, monitor, mesh)
+        if scores is not None:
+            timings["warmup_monitor"] = scores
+    timings["warmup_s"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
     table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories, params))  # [E,T+1,G]

@@ -1,4 +1,7 @@
 """The MindZero trainer's guards."""
+import json
+
+import numpy as np
 import pytest
 
 from jaxtom.config import ConfigError, load_config
@@ -48,3 +51,55 @@ def test_qk_norm_is_a_model_switch_and_the_goal_default_turns_it_off(tmp_path):
                 config_to_hf_dict(model.config)
     with pytest.raises(ConfigError, match="model.qk_norm"):
         load_config("configs/mindzero_gridworld_tiny.py", ["model.qk_norm=maybe"])
+
+
+def test_a_warmup_that_does_not_name_the_lead_stops_the_run_with_what_to_do():
+    live = {"top1": 0.2, "log_score": -5.0, "distinct_completions": 40.0, "lead_first": 0.9}
+    assert check_warmup(live, 8, 0.5) == live
+    blind = dict(live, lead_first=0.1)
+    with pytest.raises(WarmupCollapsed, match=r"lead first in 0.1 .*expected >= 0.5.*retries"):
+        check_warmup(blind, 8, 0.5)
+    assert check_warmup(blind, 8) == blind  # min_lead 0 turns the check off
+    with pytest.raises(WarmupCollapsed, match="lead first in None"):  # a monitor without it
+        check_warmup({k: v for k, v in live.items() if k != "lead_first"}, 8, 0.5)
+    with pytest.raises(ConfigError, match="min_lead"):
+        load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.warmup.min_lead=1.5"])
+    with pytest.raises(ConfigError, match="retries"):
+        load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.warmup.retries=-1"])
+
+
+def test_lead_first_counts_answers_whose_first_hypothesis_names_the_listed_lead(episodes):
+    from jaxtom.mindzero.observation import HostEpisodes, approach_order
+    from jaxtom.mindzero.particles import format_particles
+    from jaxtom.mindzero.trainer import monitor_scores
+    view = HostEpisodes.from_episodes(episodes)
+    rows = [(e, t) for e in range(len(view)) for t in (1, int(view.length[e]) - 1)]
+    true = np.zeros(len(rows), int)
+    texts = []
+    for i, (e, t) in enumerate(rows):
+        order = approach_order(view, e, t)
+        lead, other, third = order[0], order[1], order[2]
+        first = (lead, other) if i % 2 == 0 else (other, lead)  # odd rows: the lead second
+        texts.append(format_particles([first, (lead, third)], [0.6, 0.4], view.labels[e]))
+    texts[0] = "not json"  # malformed: does not count as naming the lead
+    scores = monitor_scores(texts, rows, true, view, 2, 0.01)
+    expected = sum(1 for i in range(1, len(rows)) if i % 2 == 0) / len(rows)
+    assert scores["lead_first"] == pytest.approx(expected)
+
+
+def test_a_failed_warmup_is_retried_from_a_fresh_initialisation_then_stops(tmp_path):
+    """min_lead 1.0 is out of reach of a 3-step warm-up: the run retries once from init seed
+    +1 (its own checkpoints) and then stops, saving nothing as the warm-up."""
+    from jaxtom.mindzero.trainer import train
+    from tests.mindzero.test_determinism import MICRO
+    cfg = load_config("configs/mindzero_gridworld_tiny.py", [
+        f"trainer.workdir='{tmp_path}'", *MICRO, "mindzero.warmup.min_lead=1.0",
+        "mindzero.warmup.retries=1"])
+    with pytest.raises(WarmupCollapsed, match="lead first"):
+        train(cfg, progress=False)
+    assert (tmp_path / "warmup_train" / "checkpoints").is_dir()
+    assert (tmp_path / "warmup_train_1" / "checkpoints").is_dir()
+    assert not (tmp_path / "warmup").exists() and not (tmp_path / "ssrl").exists()
+    first = [json.loads((tmp_path / d / "metrics.jsonl").read_text().split("\n")[0])
+             for d in ("warmup_train", "warmup_train_1")]
+    assert first[0]["grad_norm"] != first[1]["grad_norm"]  # same batch, another init
