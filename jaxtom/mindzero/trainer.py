@@ -253,13 +253,18 @@ class ParticleRollout:
                                                                axis=1) == 0))})
 
     def generate(self, model, prompts, tasks, key) -> list[list[int]]:
-        """Sampled completions of `prompts` (`group_size` rows per task, in task order)."""
+        """Sampled completions of `prompts` (`group_size` rows per task, in task order). The
+        probability's digit is explored only with two or more hypotheses: a single one is
+        written at p 1.0, so there is no split to explore (and its tokenizer may have no
+        "0." token at all)."""
         c = self.config.trainer
+        explore = (explore_kwargs(c, *self.codec.probability_markers)
+                    if self.config.mindzero.data.num_particles > 1 else {})
         return generate_rows(model, prompts, sample_rows(tasks, c.group_size), key=key,
                              max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                              top_p=c.top_p, stop=list(self.codec.eos_ids),
                              pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
-                             **explore_kwargs(c, *self.codec.probability_markers))
+                             **explore)
 
 
 def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 128):

@@ -63,7 +63,7 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
                 "mindzero.warmup.batch_size=4", "trainer.prompts_per_step=2",
                 "trainer.group_size=4", "trainer.max_new_tokens=12", "trainer.eval_every=2"]
         if tiny:
-            out += ["mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0",
+            out += ["mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
                     "model.vocab_size=320"]
         if name.startswith("mindzero_household") and not tiny:
             # the paper's reward model is a server; here the frozen stand-in scores (no HTTP)

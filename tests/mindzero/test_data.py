@@ -187,9 +187,7 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
         view, monkeypatch):
     """`Codec.probability_markers` are the tokens right before a p's first decimal and the
     digits, and the SSRL rollout hands them to the sampler with
-    `trainer.explore_temperature` (recorded, not assumed); with exploration off, nothing."""
-
-
+    `trainer.explore_temperature` (recorded, not assumed); with exploration off or a single hypothesis, nothing."""
     from jaxtom.mindzero import trainer as mz_trainer
     from jaxtom.mindzero.experiments import tiny_config
     rng = np.random.default_rng(0)
@@ -218,3 +216,10 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
         else:
             assert (tuple(got["explore_after"]), got["explore_temperature"],
                     tuple(got["explore_tokens"])) == expected
+    # a single hypothesis is written at p 1.0: nothing to explore, so nothing is sent
+    single = dataclasses.replace(base, trainer=dataclasses.replace(
+        base.trainer, explore_temperature=2.5), mindzero=dataclasses.replace(
+        base.mindzero, data=dataclasses.replace(base.mindzero.data, num_particles=1)))
+    mz_trainer.ParticleRollout(single, codec, view, table=None).generate(
+        None, [[1]] * 8, [{"row": 0}], jax.random.key(0))
+    assert "explore_after" not in seen[-1]

@@ -13,7 +13,7 @@ from jaxtom.config import load_config
 from jaxtom.mindzero.trainer import load_model, train
 
 MICRO = ["mindzero.data.train_episodes=8", "mindzero.data.eval_episodes=2",
-         "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=3",
+         "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=3",
          "trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.max_new_tokens=24",
          "trainer.eval_every=3", "model.vocab_size=320"]
 

@@ -13,7 +13,7 @@ from jaxtom.mindzero.trainer import train
 def test_tiny_run_trains_and_evaluates(tmp_path):
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=12", "mindzero.data.eval_episodes=3",
-        "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=2", "trainer.prompts_per_step=2",
+        "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=2", "trainer.prompts_per_step=2",
         "trainer.group_size=2", "mindzero.eval.episodes=3", "mindzero.eval.seeds=(10,)", "mindzero.eval.stride=8",
         "mindzero.eval.qa_episodes=2", "model.vocab_size=320"])
     out = train(cfg, progress=False)
@@ -46,7 +46,7 @@ def test_ssrl_learns_from_the_reward_alone(tmp_path):
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=60",
         "mindzero.data.eval_episodes=4", "mindzero.warmup.steps=60",
-        "mindzero.warmup.batch_size=16", "mindzero.warmup.min_distinct=0",
+        "mindzero.warmup.batch_size=16", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
         "mindzero.warmup.learning_rate=3e-3",  # the setting the figures below were measured at
         "trainer.total_steps=150", "step.total_steps=150", "step.warmup_steps=5",
         "step.learning_rate=1e-3",
