@@ -5,7 +5,7 @@ colored squares, the same words in every episode, so a from-scratch model need n
 copy new words); 2 particles. A format warm-up on a label-free heuristic teacher
 (`approached`, which stands in for the paper's sampled generations of a bigger model and
 teaches the model to read its observation; checked on held-out prompts and retried once
-from a fresh initialisation if it did not learn to copy), then 400 SSRL steps on the ELBO
+from a fresh initialisation if it did not learn to copy), then 300 SSRL steps on the ELBO
 reward with each probability's digit explored at temperature 3.0, then evaluation on
 held-out episodes. Settings and why: `jaxtom.mindzero.experiments.tiny_config`.
 

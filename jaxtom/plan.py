@@ -394,6 +394,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
                "use_filter": not greedy and t.top_p < 1.0, "pad_id": t.pad_id}
     fields = {"tokens": sds((B, T), jnp.int32), "chunk_lens": sds((B,), jnp.int32),
               "starts": sds((B,), jnp.int32), "active": sds((B,), jnp.bool_),
+              "source": sds((B,), jnp.int32),
               "row_ids": sds((B,), jnp.uint32),
               "key": jax.eval_shape(lambda: jax.random.key(0)), "max_new": sds((), jnp.int32),
               "temperature": sds((), jnp.float32), "top_k": sds((), jnp.int32),

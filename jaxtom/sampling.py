@@ -90,11 +90,16 @@ class LoopState:
 
 
 class PromptChunk(NamedTuple):
-    """The tokens the prefill appends to each row; its shapes key the prefill program only."""
-    tokens: jax.Array  # [B, T] prompt chunk, padded
-    chunk_lens: jax.Array  # [B] real tokens in each row's chunk
-    starts: jax.Array  # [B] cache slots already filled (resume), else 0
+    """The tokens the prefill appends to each row; its shapes key the prefill program only.
+
+    Rows with the same prompt (a GRPO group's samples) may share one chunk row: the chunk
+    then has U < B rows, is prefilled once, and batch row b reads chunk row `source[b]`.
+    """
+    tokens: jax.Array  # [U, T] prompt chunk, padded
+    chunk_lens: jax.Array  # [U] real tokens in each chunk row
+    starts: jax.Array  # [U] cache slots already filled (resume), else 0
     active: jax.Array  # [B] bool: a real row (not batch padding)
+    source: jax.Array  # [B] int32: the chunk row of each batch row (arange(B) when U = B)
 
 
 class SamplingInputs(NamedTuple):
@@ -209,13 +214,22 @@ def _prefill(graphdef, config: LoopConfig, params, cache: KVCache, chunk: Prompt
     TRACE_COUNT["prefill"] += 1
     model = nnx.merge(graphdef, params)
     sampler = _Sampler(config, inp)
-    B = chunk.tokens.shape[0]
-    logits, cache = model.forward_cached(chunk.tokens, cache, chunk.starts)
-    last = jnp.take_along_axis(logits, (chunk.chunk_lens - 1)[:, None, None], axis=1)[:, 0]
+    B, U = chunk.active.shape[0], chunk.tokens.shape[0]
+    starts, lens = chunk.starts, chunk.chunk_lens
+    if U == B:
+        logits, cache = model.forward_cached(chunk.tokens, cache, starts)
+        last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
+    else:  # shared prompts: prefill each once, then give every row its prompt's cache
+        shared = KVCache.zeros(model.config, U, cache.k.shape[CACHE_SEQ_AXIS])
+        logits, shared = model.forward_cached(chunk.tokens, shared, starts)
+        last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
+        cache = KVCache(jnp.take(shared.k, chunk.source, axis=1),
+                        jnp.take(shared.v, chunk.source, axis=1))
+        last, starts, lens = last[chunk.source], starts[chunk.source], lens[chunk.source]
     tok, lp = sampler.choose(last, 0)
     hit, sstate = sampler.stopped(tok, jnp.zeros((B, inp.stop_tables.shape[0]), jnp.int32))
     return cache, LoopState(
-        step=jnp.int32(1), keys=(), values=(), lengths=chunk.starts + chunk.chunk_lens, token=tok,
+        step=jnp.int32(1), keys=(), values=(), lengths=starts + lens, token=tok,
         done=hit | ~chunk.active | (inp.max_new <= 1), finished=hit & chunk.active,
         stop_state=sstate,
         tokens=jnp.full((B, config.buffer_len), config.pad_id, jnp.int32).at[:, 0].set(tok),
@@ -301,7 +315,7 @@ def input_shardings(mesh: Mesh) -> tuple[PromptChunk, SamplingInputs]:
     rep = NamedSharding(mesh, PartitionSpec())
     row = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
     mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
-    return (PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row),
+    return (PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row, source=row),
             SamplingInputs(row_ids=row, key=rep, max_new=rep, temperature=rep, top_k=rep,
                            top_p=rep, stop_ids=rep, stop_tables=rep, explore_after=rep,
                            explore_temperature=rep, explore_tokens=rep))
@@ -362,7 +376,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
              row_ids: Sequence[int] | np.ndarray | None = None,
              buffer_len: int | None = None, explore_after: Sequence[int] = (),
              explore_temperature: float = 1.0,
-             explore_tokens: Sequence[int] = ()) -> GenerationResult:
+             explore_tokens: Sequence[int] = (),
+             share_prefill: bool = True) -> GenerationResult:
     """Generates up to `max_new_tokens` per prompt; temperature <= 0 means greedy.
 
     `prompts` are token-id lists (or strings with `tokenizer=`); with `resume=` they are the
@@ -383,6 +398,9 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     chosen decision point, e.g. a probability's digit after "0.", drawn among the digits);
     values only, so it never recompiles. Greedy decoding ignores it. The returned log-probs
     stay those of the model at temperature 1.
+
+    `share_prefill`: rows whose prompts are equal (a GRPO group's samples) are prefilled
+    once and start from copies of that cache (not on resume, where caches differ per row).
     """
     cfg = model.config
     if max_new_tokens < 1:
@@ -457,10 +475,23 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         cache = KVCache.zeros(cfg, B, S)
     else:
         cache = _grow(resume.cache, B, S)
-    tokens = np.full((B, T), pad_id, np.int32)
-    for i, r in enumerate(rows):
+    source = np.arange(B, dtype=np.int32)
+    chunk_rows, chunk_starts = rows, starts
+    if share_prefill and resume is None:
+        first: dict[tuple[int, ...], int] = {}
+        source = np.asarray([first.setdefault(tuple(r), len(first)) for r in rows], np.int32)
+        unique = list(first)
+        U = bucket(len(unique), 1, 1 if mesh is None else
+                   mesh.shape["data"] * mesh.shape["fsdp"])
+        if U < B:
+            chunk_rows = [list(r) for r in unique] + [[pad_id]] * (U - len(unique))
+            chunk_starts = np.zeros(U, np.int32)
+        else:
+            source = np.arange(B, dtype=np.int32)
+    tokens = np.full((len(chunk_rows), T), pad_id, np.int32)
+    for i, r in enumerate(chunk_rows):
         tokens[i, :len(r)] = r
-    lens = np.asarray([len(r) for r in rows], np.int32)
+    lens = np.asarray([len(r) for r in chunk_rows], np.int32)
     tables = _padded(stop_tables(stop_strs, tokenizer.token_texts())) if stop_strs else (
         np.zeros((0, 1, cfg.vocab_size), np.int16))
     stop_arr = np.full(bucket(max(len(stop_ids), 1), 4), -1, np.int32)
@@ -477,8 +508,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     prefill, decode = _compiled(graphdef, config, mesh, params)
     if mesh is not None:
         cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
-    chunk = PromptChunk(tokens=tokens, chunk_lens=lens, starts=starts,
-                        active=np.arange(B) < n_real)
+    chunk = PromptChunk(tokens=tokens, chunk_lens=lens, starts=chunk_starts,
+                        active=np.arange(B) < n_real, source=source)
     inputs = SamplingInputs(
         row_ids=np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32),
         key=key, max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),

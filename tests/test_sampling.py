@@ -195,6 +195,36 @@ def test_rows_sample_from_their_own_keys(qwen):
         sampling.generate(model, prompts[4:], row_ids=[1, 2, 3], **kw)
 
 
+def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch):
+    """A GRPO batch (each prompt repeated once per sample) is prefilled once per distinct
+    prompt: the prefill's forward sees 3 rows, not 12, and every row still samples from its
+    own key what it samples with a prefill per row."""
+    from jaxtom.models.decoder import Decoder
+    model, _ = qwen
+    seen = []
+    original = Decoder.forward_cached
+
+    def spy(self, tokens, cache, starts):
+        seen.append(tokens.shape)
+        return original(self, tokens, cache, starts)
+
+    monkeypatch.setattr(Decoder, "forward_cached", spy)
+    sampling._COMPILED.clear()  # trace again, through the spy
+    prompts = [p for p in PROMPTS for _ in range(4)]  # 3 prompts x a group of 4
+    kw = dict(max_new_tokens=10, temperature=1.0, key=jax.random.key(5))
+    shared = sampling.generate(model, prompts, **kw)
+    assert seen == [(3, 8)]  # three distinct prompts, bucketed to 8 tokens
+    alone = sampling.generate(model, prompts, share_prefill=False, **kw)
+    assert seen[-1] == (12, 8)
+    sampling._COMPILED.clear()
+    assert np.array_equal(shared.tokens, alone.tokens)
+    assert np.array_equal(shared.lengths, alone.lengths)
+    assert len({tuple(r) for r in shared.tokens[:4].tolist()}) > 1  # a group's draws differ
+    tol = logprob_tol(model, cache_len(shared, alone),
+                      [p + g for p, g in zip(prompts, alone.sequences())], alone.logprobs)
+    np.testing.assert_allclose(shared.logprobs, alone.logprobs, rtol=0, atol=tol)
+
+
 def test_bucket_sizes():
     assert [sampling.bucket(n, 8) for n in (1, 8, 9, 11, 16, 17, 33, 100)] == [
         8, 8, 10, 12, 16, 20, 40, 112]

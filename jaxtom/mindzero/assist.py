@@ -110,7 +110,7 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
             prompts = [codec.prompt_ids(render(view, r, t, num_particles)) for r in need]
             texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(t),
                                                  temperature=temperature,
-                                                 max_new_tokens=max_new_tokens)
+                                                 max_new_tokens=max_new_tokens, pad_rows=True)
             tokens.extend(n_tok.tolist())
             for r, text in zip(need, texts):
                 parsed = parse_particles(text, view.labels[r], mode="eval",

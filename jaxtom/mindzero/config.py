@@ -54,6 +54,10 @@ class WarmupSpec:
     # from-scratch model learns to copy in a fixed number of steps varies over
     # initialisations (benchmarks/README.md).
     retries: int = 0
+    # > 0: the same checks also run at this warm-up step, and an attempt that fails them
+    # stops there (recorded in its directory, so a rerun skips it) instead of training on
+    # to `steps`: an initialisation that will not copy shows it early (benchmarks/README.md)
+    check_at: int = 0
     # The teacher's random probabilities listed largest first (a format convention, still
     # label-free): see `jaxtom.mindzero.data.warmup_target`.
     descending: bool = False
@@ -115,6 +119,9 @@ class MindZeroSection:
         check(0.0 <= w.min_lead <= 1.0, "warmup.min_lead", "a share in [0, 1] (0: no check)",
               w.min_lead)
         check(w.retries >= 0, "warmup.retries", "an int >= 0", w.retries)
+        check(isinstance(w.check_at, int) and w.check_at >= 0, "warmup.check_at",
+              "an int >= 0 (0: off; at or past warmup.steps only the final check runs)",
+              w.check_at)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
         check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",

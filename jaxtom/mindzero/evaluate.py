@@ -54,7 +54,7 @@ def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation:
         prompts = [codec.prompt_ids(render(view, rows[i][0], t, num_particles)) for i in idx]
         texts, _, n_tok = sample_completions(
             model, codec, prompts, key=jax.random.fold_in(jax.random.key(seed), t),
-            temperature=temperature, max_new_tokens=max_new_tokens)
+            temperature=temperature, max_new_tokens=max_new_tokens, pad_rows=True)
         for i, text, n in zip(idx, texts, n_tok):
             e = rows[i][0]
             beliefs[i] = dense(parse_particles(text, view.labels[e], mode="eval",

@@ -96,13 +96,31 @@ class Codec:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def padded_rows(n: int, minimum: int = 8) -> int:
+    """Rows a `sample_completions` call runs: `n` rounded up to a power of two (at least
+    `minimum`). The evaluation's calls shrink as episodes end (one call per timestep, and
+    per helper step); with the sampler's own finer row buckets each size compiled its own
+    prefill and decode programs (~2 s each on a 2-core CPU, over half the evaluation's
+    time), while decoding a few idle rows of the tiny model costs next to nothing."""
+    size = max(int(minimum), 1)
+    while size < n:
+        size *= 2
+    return size
+
+
 def sample_completions(model: Decoder, codec: Codec, prompts: Sequence[Sequence[int]], *,
-                       key: jax.Array, temperature: float, max_new_tokens: int):
+                       key: jax.Array, temperature: float, max_new_tokens: int,
+                       pad_rows: bool = False):
     """One sampler call for all rows: (texts, generated token lists incl. the stop token,
-    prompt + generated token counts)."""
-    out = generate(model, list(prompts), max_new_tokens=max_new_tokens, temperature=temperature,
-                   key=key, stop=list(codec.eos_ids), pad_id=codec.pad_id)
-    seqs = out.sequences()
+    prompt + generated token counts). `pad_rows` (for a small model called with many batch
+    sizes): rows padded to `padded_rows` with copies of the first prompt, appended last, so
+    row i keeps its id and key and its sample is unchanged."""
+    prompts = list(prompts)
+    extra = padded_rows(len(prompts)) - len(prompts) if pad_rows else 0
+    out = generate(model, prompts + prompts[:1] * extra, max_new_tokens=max_new_tokens,
+                   temperature=temperature, key=key, stop=list(codec.eos_ids),
+                   pad_id=codec.pad_id)
+    seqs = out.sequences()[:len(prompts)]
     texts = [codec.decode(s) for s in seqs]
     tokens = np.array([len(p) + len(s) for p, s in zip(prompts, seqs)])
     return texts, seqs, tokens

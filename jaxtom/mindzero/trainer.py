@@ -130,6 +130,7 @@ def warmup_trainer_config(config):
     return dataclasses.replace(
         config.trainer, workdir=str(Path(config.trainer.workdir) / "warmup_train"),
         total_steps=w.steps, prompts_per_step=w.batch_size, eval_every=0,
+        share_prompts=False,  # one target per prompt: nothing to share
         checkpoint_every=max(1, min(config.trainer.checkpoint_every, w.steps)),
         seed=config.trainer.seed + 1)
 
@@ -241,7 +242,7 @@ class ParticleRollout:
                          for p, s in zip(prompts, completions)]
         groups = [int(task["row"]) for task in tasks for _ in range(G)]
         return Rollout(seqs, masks, adv.tolist(), groups, decision_masks=decisions,
-                       count=len(seqs), metrics={
+                       count=len(seqs), prompt_lens=[len(p) for p in prompts], metrics={
                            "reward_mean": float(reward.mean()),
                            "reward_sq": float(np.mean(reward ** 2)),
                            "valid": float(np.mean(ok)),
@@ -322,13 +323,14 @@ class WarmupCollapsed(RuntimeError):
     """The warm-up ended input-independent; SSRL from it would only move a constant."""
 
 
-def check_warmup(scores: dict, min_distinct: int, min_lead: float = 0.0) -> dict:
+def check_warmup(scores: dict, min_distinct: int, min_lead: float = 0.0,
+                 label: str = "warm-up") -> dict:
     """The warm-up model's held-out monitor scores, printed; raises `WarmupCollapsed` when its
     greedy completions number fewer than `min_distinct` distinct strings, or when fewer than
     `min_lead` of them name the observation's lead first (it writes the format without
     reading its observation)."""
     lead = scores.get("lead_first")
-    print(f"warm-up, held-out monitor: top-1 {scores['top1']:.3f}, log score "
+    print(f"{label}, held-out monitor: top-1 {scores['top1']:.3f}, log score "
           f"{scores['log_score']:.2f}, {scores['distinct_completions']:.0f} distinct completions"
           + ("" if lead is None else f", lead named first {lead:.2f}"))
     if scores["distinct_completions"] < min_distinct:
@@ -349,17 +351,51 @@ def check_warmup(scores: dict, min_distinct: int, min_lead: float = 0.0) -> dict
     return scores
 
 
+class EarlyWarmupCheck:
+    """A warm-up eval hook: at step `warmup.check_at` the held-out monitor's checks
+    (`check_warmup`) run on the model so far; a failing attempt is marked abandoned in its
+    directory (with the scores) and stopped, so a rerun skips it the same way."""
+    MARKER = "abandoned.json"
+
+    def __init__(self, monitor, spec, workdir: Path):
+        self.monitor, self.spec, self.workdir = monitor, spec, workdir
+
+    def __call__(self, step: int, model) -> dict:
+        if step != self.spec.check_at:
+            return {}
+        scores = self.monitor(step, model)
+        try:
+            return check_warmup(scores, self.spec.min_distinct, self.spec.min_lead,
+                                label=f"warm-up step {step}")
+        except WarmupCollapsed as failed:
+            if jax.process_index() == 0:
+                (self.workdir / self.MARKER).write_text(json.dumps(
+                    {"step": step, "scores": scores, "reason": str(failed)}, indent=1))
+            raise
+
+    @classmethod
+    def raise_if_abandoned(cls, workdir: Path) -> None:
+        marker = workdir / cls.MARKER
+        if marker.exists():
+            record = json.loads(marker.read_text())
+            raise WarmupCollapsed(f"warm-up attempt in {workdir} was abandoned at step "
+                                  f"{record['step']}: {record['reason']}")
+
+
 def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, monitor, mesh):
     """The format warm-up, checked on the held-out monitor when `warmup.min_distinct`,
     `warmup.min_lead` or `trainer.eval_every` ask for it; returns (model, monitor scores or
     None). A warm-up that fails its check starts again from a fresh initialisation (init seed
-    + k, under `warmup_train_k`) up to `warmup.retries` times, then the run stops. Every
-    attempt is step-based and resumable, so a rerun takes the same path."""
+    + k, under `warmup_train_k`) up to `warmup.retries` times, then the run stops; with
+    `warmup.check_at` an attempt is also checked at that step and abandoned there if it
+    fails (`EarlyWarmupCheck`). Every attempt is step-based and resumable, so a rerun takes
+    the same path."""
     w = config.mindzero.warmup
     wcfg = dataclasses.replace(warmup_trainer_config(config), row_len=max_row_len(
         config, codec, view, max(config.trainer.max_new_tokens,
                                  longest_teacher_target(config, codec, view))))
     checked = bool(config.trainer.eval_every or w.min_distinct or w.min_lead)
+    early = bool(0 < w.check_at < w.steps and (w.min_distinct or w.min_lead))
     scores = None
     for attempt in range(w.retries + 1):
         if attempt:
@@ -369,14 +405,19 @@ def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, moni
             model, _ = build_model(fresh, run_dir)
         cfg = wcfg if not attempt else dataclasses.replace(
             wcfg, workdir=f"{wcfg.workdir}_{attempt}")
-        warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
-                       warmup_step_config(config), cfg, mesh=mesh, desc="warm-up")
-        model = warm.learner.model(warm.run())
-        if not checked:
-            break
-        scores = monitor(0, model)
+        hooks = []
+        if early:
+            cfg = dataclasses.replace(cfg, eval_every=w.check_at)
+            hooks = [EarlyWarmupCheck(monitor, w, Path(cfg.workdir))]
         try:
-            check_warmup(scores, w.min_distinct, w.min_lead)
+            EarlyWarmupCheck.raise_if_abandoned(Path(cfg.workdir))
+            warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
+                           warmup_step_config(config), cfg, mesh=mesh, eval_hooks=hooks,
+                           desc="warm-up")
+            model = warm.learner.model(warm.run())
+            if not checked:
+                break
+            scores = check_warmup(monitor(0, model), w.min_distinct, w.min_lead)
             break
         except WarmupCollapsed:
             if attempt == w.retries:

@@ -257,10 +257,14 @@ class Decoder(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, positions: jax.Array | None = None,
                  segment_ids: jax.Array | None = None, *, mesh=None,
-                 rules: dict | None = None, return_hidden: bool = False) -> jax.Array:
+                 rules: dict | None = None, return_hidden: bool = False,
+                 parent_ids: jax.Array | None = None) -> jax.Array:
         """Full causal forward without a cache (training, scoring).
 
-        `segment_ids` [B, T] keep packed sequences from attending to each other. `mesh`
+        `segment_ids` [B, T] keep packed sequences from attending to each other;
+        `parent_ids` [B, T] (with them) name one more segment each token may read: a prompt
+        shared by the completions packed after it (`jaxtom.rl.batch.pack_shared_prompts`;
+        a token's own segment where there is none). Causality follows `positions`. `mesh`
         (and the logical-axis `rules`, default `parallel.DEFAULT_RULES`): shard activations
         over its batch axes (rows arriving sharded otherwise are resharded to them). Each layer is
         rematerialised in the backward pass when `uses_remat(config)`. `return_hidden`: the
@@ -272,7 +276,12 @@ class Decoder(nnx.Module):
         cos, sin = self._rope(positions)
         mask = positions[:, None, :] <= positions[:, :, None]
         if segment_ids is not None:
-            mask = mask & (segment_ids[:, None, :] == segment_ids[:, :, None])
+            same = segment_ids[:, None, :] == segment_ids[:, :, None]
+            if parent_ids is not None:
+                same = same | (segment_ids[:, None, :] == parent_ids[:, :, None])
+            mask = mask & same
+        elif parent_ids is not None:
+            raise ValueError("parent_ids need segment_ids: they name a segment to read")
         lora_scale = dict(self.layers.lora_scale)
         scanned = cfg.num_layers > UNROLL_MAX_LAYERS
 

@@ -45,6 +45,8 @@ class Batch:
     # row carries its own images, so every field splits, pads and shards by rows alike
     image_index: jax.Array | None = None  # [B, T] int32: the row's vision token, -1 for text
     vision: Any = None  # VisionInputs, leaves [B, I, P, ...]: row b's I images (padded)
+    # shared prompts (`pack_shared_prompts`): the segment each token may read besides its own
+    parent_ids: jax.Array | None = None  # [B, T] int32
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -106,6 +108,112 @@ def pack_sequences(sequences: Sequence[Sequence[int]], policy_masks: Sequence[Se
                  advantages=adv, group_ids=groups,
                  old_logp=old if old_logps is not None else None,
                  decision_mask=decision if decision_masks is not None else None)
+
+
+def pack_shared_prompts(sequences: Sequence[Sequence[int]],
+                        policy_masks: Sequence[Sequence[float]], advantages: Sequence[float],
+                        group_ids: Sequence[int], prompt_lens: Sequence[int], *, num_rows: int,
+                        row_len: int, pad_id: int = 0,
+                        old_logps: Sequence[Sequence[float]] | None = None,
+                        decision_masks: Sequence[Sequence[float]] | None = None) -> Batch:
+    """Packs each GRPO group's prompt once, followed by its completions (`parent_ids`).
+
+    Consecutive sequences with the same group id and the same prompt (their first
+    `prompt_lens` tokens) form a family, laid out as the prompt without its last token
+    (segment s), then per member that last token again and the member's completion
+    (segment s + k, parent s, positions continuing the prompt's). Every token then sees
+    exactly the context it has in `pack_sequences` (its prompt and its own completion), and
+    each completion's first token is still predicted from the entry before it, so log-probs
+    and their gradients match the unshared layout while the prompt's tokens are computed
+    once per family instead of once per sample (a group of G samples: G - 1 prompts fewer).
+    Families are first-fit into the rows whole; a family longer than `row_len` is an error.
+    """
+    n = len(sequences)
+    for name, seq in (("policy_masks", policy_masks), ("advantages", advantages),
+                      ("group_ids", group_ids), ("prompt_lens", prompt_lens)):
+        if len(seq) != n:
+            raise ValueError(f"{name} has {len(seq)} entries, expected one per sequence ({n})")
+    families = shared_prompt_families(sequences, group_ids, prompt_lens)
+    shape = (num_rows, row_len)
+    tokens = np.full(shape, pad_id, np.int32)
+    positions = np.zeros(shape, np.int32)
+    segments = np.zeros(shape, np.int32)
+    parents = np.zeros(shape, np.int32)
+    mask = np.zeros(shape, np.float32)
+    adv = np.zeros(shape, np.float32)
+    groups = np.full(shape, -1, np.int32)
+    old = np.zeros(shape, np.float32)
+    decision = np.zeros(shape, np.float32)
+    fill = np.zeros(num_rows, np.int64)
+    used = np.zeros(num_rows, np.int32)
+    for members in families:
+        P = int(prompt_lens[members[0]])
+        need = family_length(sequences, prompt_lens, members)
+        fits = np.nonzero(fill + need <= row_len)[0]
+        if not len(fits):
+            raise ValueError(f"a prompt family of {need} tokens does not fit in {num_rows} rows "
+                             f"of {row_len} tokens; raise num_rows or row_len")
+        r = fits[0]
+        used[r] += 1
+        parent = used[r]
+        lo = fill[r]
+        head = slice(lo, lo + P - 1)  # the shared prompt, without its last token
+        first = sequences[members[0]]
+        tokens[r, head] = first[:P - 1]
+        positions[r, head] = np.arange(P - 1)
+        segments[r, head] = parents[r, head] = parent
+        groups[r, head] = group_ids[members[0]]
+        at = lo + P - 1
+        for i in members:
+            seq, L = sequences[i], len(sequences[i])
+            if len(policy_masks[i]) != L:
+                raise ValueError(f"policy mask {i} has length {len(policy_masks[i])}, "
+                                 f"expected {L}")
+            used[r] += 1
+            s = slice(at, at + L - P + 1)
+            tokens[r, s] = seq[P - 1:]
+            positions[r, s] = np.arange(P - 1, L)
+            segments[r, s] = used[r]
+            parents[r, s] = parent
+            mask[r, s] = policy_masks[i][P - 1:]
+            adv[r, s] = advantages[i]
+            groups[r, s] = group_ids[i]
+            if old_logps is not None:
+                old[r, s] = old_logps[i][P - 1:]
+            if decision_masks is not None:
+                decision[r, s] = decision_masks[i][P - 1:]
+            at += L - P + 1
+        mask[r, lo] = 0.0  # a row's first entry has no prediction
+        fill[r] = at
+    return Batch(tokens=tokens, positions=positions, segment_ids=segments, policy_mask=mask,
+                 advantages=adv, group_ids=groups,
+                 old_logp=old if old_logps is not None else None,
+                 decision_mask=decision if decision_masks is not None else None,
+                 parent_ids=parents)
+
+
+def shared_prompt_families(sequences, group_ids, prompt_lens) -> list[list[int]]:
+    """Runs of consecutive sequences that share a group id and a (non-empty) prompt."""
+    families: list[list[int]] = []
+    for i, seq in enumerate(sequences):
+        P = int(prompt_lens[i])
+        if not 1 <= P <= len(seq):
+            raise ValueError(f"sequence {i}: prompt length {P} must be in 1..{len(seq)} (its "
+                             f"length)")
+        if families:
+            j = families[-1][0]
+            if (group_ids[j] == group_ids[i] and int(prompt_lens[j]) == P
+                    and list(sequences[j][:P]) == list(seq[:P])):
+                families[-1].append(i)
+                continue
+        families.append([i])
+    return families
+
+
+def family_length(sequences, prompt_lens, members: Sequence[int]) -> int:
+    """Entries a family takes in a shared-prompt row (`pack_shared_prompts`)."""
+    P = int(prompt_lens[members[0]])
+    return P - 1 + sum(len(sequences[i]) - P + 1 for i in members)
 
 
 def prediction_batch(contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *,

@@ -326,16 +326,21 @@ class Learner:
         return self.update(state, batch)
 
     def _logprobs(self, params, frozen, tokens, positions, segments, scored=None, width=None,
-                  entropy=False, images=None):
+                  entropy=False, images=None, parents=None):
         """(log-probs, entropies or None) [B, T] of `tokens`, aligned like
         `losses.token_logprobs`, scoring only `scored` entries (at most `width` per row; all
         entries when None). Activations are sharded like the batch rows over the mesh (the
         decoder rematerialises its layers as its config says). `images`: (image_index,
-        vision) of image+text rows (`_images`), for a vision-language model."""
+        vision) of image+text rows (`_images`), for a vision-language model. `parents`:
+        shared-prompt rows' `parent_ids`."""
         model = nnx.merge(self.graphdef, params, frozen)
         extra = {} if images is None else _vl_inputs(model.config, positions, *images)
         if extra:
             positions = extra.pop("positions")
+        if parents is not None:
+            if extra:
+                raise ValueError("shared-prompt rows (parent_ids) are for text rows only")
+            extra["parent_ids"] = parents
         hidden = model(tokens, positions, segments, mesh=self.mesh, rules=self.rules,
                        return_hidden=True, **extra)
         head, vocab_axis = model.head_weight()
@@ -355,7 +360,7 @@ class Learner:
             return mb.ref_logp
         logp, _ = self._logprobs(self._reference_params(state, params), state.frozen, mb.tokens,
                                  mb.positions, mb.segment_ids, _scored(mb), width,
-                                 images=_images(mb))
+                                 images=_images(mb), parents=mb.parent_ids)
         return jax.lax.stop_gradient(logp)
 
     def _micro_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool, widths):
@@ -368,7 +373,7 @@ class Learner:
             logp, entropy = self._logprobs(params, state.frozen, mb.tokens, mb.positions,
                                            mb.segment_ids, _scored(mb), width,
                                            entropy=mb.decision_mask is not None,
-                                           images=_images(mb))
+                                           images=_images(mb), parents=mb.parent_ids)
             old = jax.lax.stop_gradient(logp) if mb.old_logp is None else mb.old_logp
             total, _, stats = losses.grpo_terms(
                 logp, old, ref_logp, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
@@ -446,9 +451,9 @@ class Learner:
         micro-batch at a time."""
         m = self.cfg.micro_batches
         micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, _scored(rows),
-                            _images(rows)), m)
+                            _images(rows), rows.parent_ids), m)
         out = jax.lax.map(lambda t: self._logprobs(params, frozen, *t[:4], width,
-                                                   images=t[4])[0], micro)
+                                                   images=t[4], parents=t[5])[0], micro)
         return jax.lax.stop_gradient(merge_rows(out))
 
     def _score_rollout(self, state: TrainState, minis: Batch, width: int) -> tuple[Batch, bool]:
@@ -546,6 +551,7 @@ class Learner:
         """Per-token log-probs of `batch.tokens` under the current params (no gradient)."""
         if "score" not in self._compiled:
             self._compiled["score"] = jax.jit(
-                lambda s, t, p, g, i: self._logprobs(s.params, s.frozen, t, p, g, images=i)[0])
+                lambda s, t, p, g, i, r: self._logprobs(s.params, s.frozen, t, p, g, images=i,
+                                                        parents=r)[0])
         return self._compiled["score"](state, batch.tokens, batch.positions, batch.segment_ids,
-                                       _images(batch))
+                                       _images(batch), batch.parent_ids)

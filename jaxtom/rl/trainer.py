@@ -27,7 +27,8 @@ import numpy as np
 
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import distributed
-from jaxtom.rl.batch import Batch, pack_sequences
+from jaxtom.rl.batch import (Batch, family_length, pack_sequences, pack_shared_prompts,
+                             shared_prompt_families)
 from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
@@ -56,6 +57,10 @@ class TrainerConfig:
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     row_len: int = 64  # tokens per packed row
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
+    # pack each group's prompt once before its samples (`pack_shared_prompts`): the same
+    # log-probs and gradients from fewer tokens; rows then hold one group each (num_rows=0)
+    # and their length is the longest group's, rounded up to a multiple of 64
+    share_prompts: bool = False
     stop_tokens: tuple[int, ...] = ()
     pad_id: int = 0
     checkpoint_every: int = 50
@@ -80,6 +85,7 @@ class Rollout:
     group_ids: list[int] = dataclasses.field(default_factory=list)
     decision_masks: list[list[float]] | None = None
     batch: Batch | None = None  # a prebuilt batch (CToM: with its prediction sub-batch)
+    prompt_lens: list[int] | None = None  # per sequence (for `TrainerConfig.share_prompts`)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     count: int = 1
 
@@ -148,7 +154,8 @@ class CompletionRollout:
                                            std_floor=cfg.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
         groups = [t["row"] for t in tasks for _ in range(G)]
-        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={
+        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs),
+                       prompt_lens=[len(p) for p in prompts], metrics={
             "reward_mean": float(rewards.mean()),
             "reward_sq": float(np.mean(rewards ** 2)),
             "completion_len": float(np.mean([len(c) for c in completions]))})
@@ -191,11 +198,35 @@ def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
     """The one packer: this process's rows of the update batch, fixed [rows, row_len]."""
     if rollout.batch is not None:
         return rollout.batch
+    if cfg.share_prompts:
+        return pack_shared_rollout(rollout, cfg)
     local = distributed.max_over_processes(len(rollout.sequences))
     rows = -(-cfg.num_rows // jax.process_count()) if cfg.num_rows else max(local, 1)
     return pack_sequences(rollout.sequences, rollout.policy_masks, rollout.advantages,
                           rollout.group_ids, num_rows=rows, row_len=cfg.row_len,
                           pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)
+
+
+SHARED_ROW_QUANTUM = 64  # shared-prompt row lengths are bucketed: few compiled programs
+
+
+def pack_shared_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
+    """`pack_rollout` with each group's prompt packed once: one family per row (or
+    `cfg.num_rows` rows), rows as long as the longest family, in multiples of
+    `SHARED_ROW_QUANTUM` (every process agrees on both)."""
+    if rollout.prompt_lens is None:
+        raise ValueError("trainer.share_prompts needs a rollout that reports its prompt "
+                         "lengths (Rollout.prompt_lens)")
+    seqs, lens = rollout.sequences, rollout.prompt_lens
+    families = shared_prompt_families(seqs, rollout.group_ids, lens)
+    longest = max((family_length(seqs, lens, f) for f in families), default=1)
+    row_len = distributed.max_over_processes(
+        -(-longest // SHARED_ROW_QUANTUM) * SHARED_ROW_QUANTUM)
+    rows = (-(-cfg.num_rows // jax.process_count()) if cfg.num_rows
+            else distributed.max_over_processes(max(len(families), 1)))
+    return pack_shared_prompts(seqs, rollout.policy_masks, rollout.advantages,
+                               rollout.group_ids, lens, num_rows=rows, row_len=row_len,
+                               pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)
 
 
 class Trainer:

@@ -103,3 +103,26 @@ def test_a_failed_warmup_is_retried_from_a_fresh_initialisation_then_stops(tmp_p
     first = [json.loads((tmp_path / d / "metrics.jsonl").read_text().split("\n")[0])
              for d in ("warmup_train", "warmup_train_1")]
     assert first[0]["grad_norm"] != first[1]["grad_norm"]  # same batch, another init
+
+
+def test_an_early_check_abandons_a_warmup_attempt_at_its_step_and_a_rerun_skips_it(tmp_path):
+    """With warmup.check_at, an attempt that fails the checks at that step stops there (no
+    step past it is trained), is marked abandoned, and a rerun of the run directory does not
+    train it again; the retry runs its own attempt."""
+    from jaxtom.mindzero.trainer import EarlyWarmupCheck, train
+    from tests.mindzero.test_determinism import MICRO
+    cfg = load_config("configs/mindzero_gridworld_tiny.py", [
+        f"trainer.workdir='{tmp_path}'", *MICRO, "mindzero.warmup.steps=4",
+        "mindzero.warmup.check_at=2", "mindzero.warmup.min_lead=1.0",
+        "mindzero.warmup.retries=1"])
+    for _ in range(2):  # the second run finds both attempts abandoned
+        with pytest.raises(WarmupCollapsed, match="lead first"):
+            train(cfg, progress=False)
+        for d in ("warmup_train", "warmup_train_1"):
+            marker = json.loads((tmp_path / d / EarlyWarmupCheck.MARKER).read_text())
+            assert marker["step"] == 2 and "lead_first" in marker["scores"]
+            steps = [json.loads(x)["step"] for x in
+                     (tmp_path / d / "metrics.jsonl").read_text().splitlines() if x]
+            assert steps == [1]  # step 2's row is not logged: it stopped at its check
+    with pytest.raises(ConfigError, match="check_at"):
+        load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.warmup.check_at=-1"])

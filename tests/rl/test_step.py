@@ -12,8 +12,10 @@ from flax import nnx
 
 from jaxtom import rl
 from jaxtom.models import add_lora
-from tests.rl.common import adam_tol, gradient_tol, params_array, random_batch, tiny_model
-from tests.tolerance import assert_close, float32_tol
+from tests.rl.common import (TINY, adam_tol, gradient_tol, params_array, random_batch,
+                             tiny_model)
+from tests.tolerance import (assert_close, decoder_depth, decoder_reduction, float32_tol,
+                             is_close)
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -209,6 +211,74 @@ def test_packed_rows_equal_one_sequence_per_row(learner):
     g_one = learner.gradients(state, learner.put_batch(one))[0]
     g_packed = learner.gradients(state, learner.put_batch(packed))[0]
     leaves_close(g_packed, g_one, GRAD_STEPS)
+
+
+def _groups_sharing_prompts(seed, *, groups=3, group=4, prompt_len=(1, 6), completion=(1, 6)):
+    """Random GRPO groups: each group's samples share one prompt (lengths vary)."""
+    rng = np.random.default_rng(seed)
+    seqs, masks, lens, ids = [], [], [], []
+    for g in range(groups):
+        prompt = rng.integers(0, 48, int(rng.integers(*prompt_len))).tolist()
+        for _ in range(group):
+            c = rng.integers(0, 48, int(rng.integers(*completion))).tolist()
+            seqs.append(prompt + c)
+            masks.append([0.0] * len(prompt) + [1.0] * len(c))
+            lens.append(len(prompt))
+            ids.append(g)
+    adv = np.asarray(rl.group_advantages(rng.normal(size=len(seqs)), group))
+    return seqs, masks, adv, ids, lens
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shared_prompt_rows_equal_one_sequence_per_row(learner, seed):
+    """Each group's prompt packed once (`pack_shared_prompts`, parent_ids) gives the same
+    token log-probs and the same update gradient as one sequence per row; with the parent
+    link dropped, completions lose their prompt and the log-probs move (a real check)."""
+    model = tiny_model()
+    state = learner.init_state(model)
+    seqs, masks, adv, ids, lens = _groups_sharing_prompts(seed)
+    rows = [rl.pack_sequences([x], [m], [a], [i], num_rows=1, row_len=12)
+            for x, m, a, i in zip(seqs, masks, adv, ids)]
+    one = jax.tree.map(lambda *r: np.concatenate(r), *rows)  # one sequence per row, in order
+    shared = rl.pack_shared_prompts(seqs, masks, adv, ids, lens, num_rows=2, row_len=40)
+    assert shared.tokens.size < one.tokens.size
+    assert int(shared.policy_mask.sum()) == int(one.policy_mask.sum())
+    cfg = dataclasses.replace(CFG, lambda_pred=0.0, lambda_entropy=0.0, kl_coef=0.0)
+    plain = rl.Learner(model, cfg)
+    lp_one = np.asarray(plain.logprobs(state, one))[one.policy_mask > 0]
+    lp_shared = np.asarray(plain.logprobs(state, shared))[shared.policy_mask > 0]
+    # policy tokens come out in the same order in both layouts (groups, then samples)
+    red = decoder_reduction(TINY, 12) + TINY.vocab_size
+    assert_close(lp_shared, lp_one, reduction=red, depth=decoder_depth(TINY))
+    broken = shared.replace(parent_ids=shared.segment_ids)
+    lp_broken = np.asarray(plain.logprobs(state, broken))[shared.policy_mask > 0]
+    assert not is_close(lp_broken, lp_one, reduction=red, depth=decoder_depth(TINY))
+    g_one = plain.gradients(state, plain.put_batch(one))[0]
+    g_shared = plain.gradients(state, plain.put_batch(shared))[0]
+    leaves_close(g_shared, g_one, GRAD_STEPS)
+
+
+def test_shared_prompt_packing_lays_out_families():
+    seqs = [[5, 6, 7, 1], [5, 6, 7, 2, 3], [9, 4], [9, 8]]
+    masks = [[0, 0, 0, 1], [0, 0, 0, 1, 1], [0, 1], [0, 1]]
+    b = rl.pack_shared_prompts(seqs, masks, [1.0, -1.0, 0.5, -0.5], [0, 0, 1, 1],
+                               [3, 3, 1, 1], num_rows=2, row_len=8)
+    # family 1: prompt head [5, 6] (segment 1), then 7|1 and 7|2 3 (segments 2, 3)
+    assert b.tokens[0].tolist() == [5, 6, 7, 1, 7, 2, 3, 0]
+    assert b.positions[0].tolist() == [0, 1, 2, 3, 2, 3, 4, 0]
+    assert b.segment_ids[0].tolist() == [1, 1, 2, 2, 3, 3, 3, 0]
+    assert b.parent_ids[0].tolist() == [1, 1, 1, 1, 1, 1, 1, 0]
+    assert b.policy_mask[0].tolist() == [0, 0, 0, 1, 0, 1, 1, 0]
+    assert b.advantages[0].tolist() == [0, 0, 1, 1, -1, -1, -1, 0]  # the head scores nothing
+    # family 2 has a one-token prompt: no head, each member starts with it
+    assert b.tokens[1].tolist()[:4] == [9, 4, 9, 8]
+    assert b.segment_ids[1].tolist()[:4] == [2, 2, 3, 3]
+    with pytest.raises(ValueError, match="prompt length 0"):
+        rl.pack_shared_prompts(seqs, masks, [0.0] * 4, [0, 0, 1, 1], [0, 3, 1, 1],
+                               num_rows=2, row_len=8)
+    with pytest.raises(ValueError, match="does not fit"):
+        rl.pack_shared_prompts(seqs, masks, [0.0] * 4, [0, 0, 1, 1], [3, 3, 1, 1],
+                               num_rows=1, row_len=8)
 
 
 def test_lora_trains_only_adapters_and_reference_is_base():

@@ -40,6 +40,44 @@ def test_toy_task_reward_rises(tmp_path):
     assert all(np.isfinite(v) for r in rows for v in r.values())
 
 
+def test_shared_prompts_train_like_one_sequence_per_row(tmp_path):
+    """`trainer.share_prompts` packs each group's prompt once: the same samples and rewards,
+    and the same update to float32 rounding (one AdamW step: `adam_tol`), from rows that
+    hold one group each."""
+    import jax
+    from jaxtom.rl.trainer import pack_rollout
+    from tests.rl.common import adam_tol, params_array
+    tasks = toy_token_tasks(16, 6, TINY.vocab_size, seed=1)
+    step_cfg = rl.StepConfig(learning_rate=1e-2, total_steps=1, kl_coef=0.0, weight_decay=0.0)
+    runs = {}
+    for share in (False, True):
+        cfg = TrainerConfig(workdir=str(tmp_path / str(share)), total_steps=1, group_size=4,
+                            prompts_per_step=4, max_new_tokens=6, row_len=16,
+                            checkpoint_every=1, progress=False, share_prompts=share)
+        rollout = CompletionRollout(TargetTokenReward(3), cfg)
+        trainer = Trainer(tiny_model(seed=3), tasks, rollout, step_cfg, cfg)
+        state = trainer.run()
+        row = json.loads((tmp_path / str(share) / "metrics.jsonl").read_text().splitlines()[0])
+        runs[share] = row, params_array(state)
+        probe = rollout(tiny_model(seed=3), [dict(t, row=i) for i, t in enumerate(tasks[:4])],
+                        jax.random.key(0), 0)
+        batch = pack_rollout(probe, cfg)
+        if share:
+            assert batch.tokens.shape[0] == 4 and batch.parent_ids is not None
+            assert batch.tokens.shape[1] % 64 == 0
+        else:
+            assert batch.tokens.shape == (16, 16) and batch.parent_ids is None
+        assert int(batch.policy_mask.sum()) == sum(map(sum, probe.policy_masks))
+    (plain, p_plain), (shared, p_shared) = runs[False], runs[True]
+    assert plain["reward_mean"] == shared["reward_mean"]  # sampling ignores the packing
+    assert plain["policy_tokens"] == shared["policy_tokens"]
+    tol = adam_tol(p_plain, learning_rate=step_cfg.learning_rate, seq_len=64, tokens=64)
+    np.testing.assert_allclose(p_shared, p_plain, rtol=0, atol=tol)
+    assert np.abs(p_shared - params_array(Trainer(tiny_model(seed=3), tasks, CompletionRollout(
+        TargetTokenReward(3), cfg), step_cfg, cfg).learner.init_state(tiny_model(seed=3))
+    )).max() > 100 * tol  # the update itself is far larger than the tolerance
+
+
 def _train_cmd(workdir, steps):
     return [sys.executable, "-m", "jaxtom.cli", "train", str(ROOT / "configs" / "toy_cpu.py"),
             f"trainer.workdir={workdir}", f"trainer.total_steps={steps}",
