@@ -89,7 +89,7 @@ def mindzero_train_fn(config):
     return train_mindzero
 
 
-def mindzero_evaluate(config, checkpoint, test=None):
+def mindzero_evaluate(config, checkpoint, test=None, train=None):
     """Evaluate a MindZero checkpoint: the QA table (Table 4a), the household table (Table
     1b / 4b columns) or the gridworld goal-inference one."""
     if config.mindzero.data.task == "household":
@@ -99,7 +99,7 @@ def mindzero_evaluate(config, checkpoint, test=None):
         from jaxtom.mindzero.qa_eval import evaluate_qa_run
         return evaluate_qa_run(config, checkpoint, test=test)
     from jaxtom.mindzero.run import evaluate_run
-    return evaluate_run(config, checkpoint, test=test)
+    return evaluate_run(config, checkpoint, test=test, train=train)
 
 
 def train(config, progress: bool = True) -> dict:
@@ -184,7 +184,8 @@ def _mindzero_cmd(args, config) -> int:
           f"{t['warmup_s']:.0f} s, SSRL {t['ssrl_s']:.0f} s / {t['ssrl_steps']} steps); "
           f"run dir {out['run_dir']}")
     if args.action == "run":
-        results = mindzero_evaluate(config, Path(out["run_dir"]) / "checkpoint", test=out["test"])
+        results = mindzero_evaluate(config, Path(out["run_dir"]) / "checkpoint", test=out["test"],
+                                    train=out.get("train"))
         print(f"evaluated in {results['eval_s']:.0f} s")
     return 0
 

@@ -114,8 +114,8 @@ def tiny_config() -> Config:
                         max_grad_norm=1.0, total_steps=300, end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=300,
                               prompts_per_step=16, group_size=8, temperature=0.7,
-                              max_new_tokens=48, row_len=128, eval_every=25,
-                              checkpoint_every=25, explore_temperature=3.0,
+                              max_new_tokens=48, row_len=128, eval_every=50,
+                              checkpoint_every=50, explore_temperature=3.0,
                               share_prompts=True),
         mindzero=MindZeroSection(
             data=DataSpec(max_steps=50, train_episodes=400, eval_episodes=40, split="episodes",
@@ -126,7 +126,7 @@ def tiny_config() -> Config:
                               retries=1, check_at=400),
             reward=RewardConfig(duplicates="merge"),
             eval=EvalSpec(episodes=40, seeds=(10, 20, 30), random_prob=0.15, stride=2,
-                          assist_episodes=30, qa_episodes=20)),
+                          assist_episodes=30)),
     )
 
 

@@ -109,11 +109,13 @@ def evaluate_qa(cfg: Config, models: dict, qa=None) -> dict:
             "accuracy": ev.qa_scores(beliefs, questions, index, seed=cfg.trainer.seed)}
 
 
-def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
+def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None, train=None,
                  progress: bool = True) -> dict:
     """Evaluate the run whose checkpoint is `checkpoint` (results next to it). `test`: the
     held-out episodes (regenerated from the config when not given); `qa`: (episodes,
-    questions) for the QA table (default `qa_test_set(cfg)`; only with eval.qa_episodes > 0)."""
+    questions) for the QA table (default `qa_test_set(cfg, train)`; only with
+    eval.qa_episodes > 0); `train`: the run's training episodes, whose layouts the QA set
+    avoids (regenerated when not given)."""
     if cfg.mindzero.data.observation == "image":
         raise NotImplementedError(
             "evaluating a run on image observations (Qwen3-VL) is not built yet; its held-out "
@@ -155,7 +157,8 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
         "held-out episodes (no helper)")
     results = {"goal_inference": table, "episodes": len(view), "queries": len(rows)}
     if cfg.mindzero.eval.qa_episodes > 0:
-        results["qa"] = evaluate_qa(cfg, models, qa)
+        results["qa"] = evaluate_qa(cfg, models, qa if qa is not None
+                                    else qa_test_set(cfg, train))
     if cfg.mindzero.eval.assistance:
         aparams = params.replace(random_prob=cfg.mindzero.eval.random_prob,
                                  teleport_after=cfg.mindzero.eval.teleport_after)
@@ -186,7 +189,7 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None,
             margin, margin_se = metrics.mean_sem(diff)
             assist_tab["MindZero"].update(margin_vs_warmup=margin, margin_vs_warmup_se=margin_se)
         sim = simulate(None, aparams, ("random", "bip", "oracle"), states=assist_states,
-                       seeds=cfg.mindzero.eval.seeds)
+                       seeds=cfg.mindzero.eval.seeds, track_posterior=False)
         names = {"random": "random goal", "bip": "exact posterior (BIP)", "oracle": "oracle"}
         for h, label in names.items():
             assist_tab[label] = {"speedup": sim[h]["mean"], "speedup_se": sim[h]["sem"]}
