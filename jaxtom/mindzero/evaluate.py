@@ -201,7 +201,7 @@ def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *
                observation: str, num_particles: int, max_new_tokens: int, seed: int = 0,
                temperature: float = 0.0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Goal distributions at the questions' (episode, step) rows for each model in `models`
-    (name -> (model, codec); one sampler call per step, as `model_beliefs`) and for the
+    (name -> (model, codec); batched as in `model_beliefs`) and for the
     baselines (random goal, exact posterior and its top-N, named as in the goal table), and
     each question's row index."""
     rows, index = qa_rows(questions)

@@ -29,14 +29,21 @@ def test_qa_scores_exact_beats_chance_and_models_are_batched(qa_set, params, mon
     calls = []
 
     def fake_sampler(model, codec, prompts, **kwargs):  # a model that never writes JSON
-        calls.append(len(prompts))
+        calls.append((list(prompts), kwargs["temperature"]))
         return ["no particles"] * len(prompts), [[1]] * len(prompts), [1] * len(prompts)
 
     monkeypatch.setattr(ev, "sample_completions", fake_sampler)
     beliefs, index = ev.qa_beliefs({"broken model": (None, _Codec())}, view, questions, params,
                                    observation="compact", num_particles=2, max_new_tokens=8)
     rows, _ = ev.qa_rows(questions)
-    assert len(calls) == len({t for _, t in rows}) and sum(calls) == len(rows)
+    # greedy queries depend only on their prompt: batched GREEDY_ROWS at a time, each row once
+    sizes = [len(p) for p, _ in calls]
+    assert sizes == [min(ev.GREEDY_ROWS, len(rows) - k)
+                     for k in range(0, len(rows), ev.GREEDY_ROWS)]
+    assert all(temp == 0.0 for _, temp in calls)
+    sent = sorted(x for p, _ in calls for x in p)
+    assert sent == sorted(_Codec().prompt_ids(ev.get_observation("compact")(view, e, t, 2))
+                          for e, t in rows)
     assert all(rows[i] == (q.episode, q.step) for q, i in zip(questions, index))
     table = ev.qa_scores(beliefs, questions, index, seed=0)
     assert set(table) == {"broken model", "random goal", "exact posterior",
