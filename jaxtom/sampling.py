@@ -481,9 +481,12 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         first: dict[tuple[int, ...], int] = {}
         source = np.asarray([first.setdefault(tuple(r), len(first)) for r in rows], np.int32)
         unique = list(first)
-        U = bucket(len(unique), 1, 1 if mesh is None else
-                   mesh.shape["data"] * mesh.shape["fsdp"])
-        if U < B:
+        # a power of two, and only when it at least halves the prefill: calls whose rows
+        # are mostly distinct (an evaluation's, padded with copies of one prompt) then keep
+        # the one program of their row count instead of compiling one per distinct count
+        multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+        U = -(-(1 << (len(unique) - 1).bit_length()) // multiple) * multiple
+        if 2 * U <= B:
             chunk_rows = [list(r) for r in unique] + [[pad_id]] * (U - len(unique))
             chunk_starts = np.zeros(U, np.int32)
         else:

@@ -197,7 +197,7 @@ def test_rows_sample_from_their_own_keys(qwen):
 
 def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch):
     """A GRPO batch (each prompt repeated once per sample) is prefilled once per distinct
-    prompt: the prefill's forward sees 3 rows, not 12, and every row still samples from its
+    prompt: the prefill's forward sees 4 rows (3 rounded up to a power of two), not 12, and every row still samples from its
     own key what it samples with a prefill per row."""
     from jaxtom.models.decoder import Decoder
     model, _ = qwen
@@ -213,7 +213,7 @@ def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch)
     prompts = [p for p in PROMPTS for _ in range(4)]  # 3 prompts x a group of 4
     kw = dict(max_new_tokens=10, temperature=1.0, key=jax.random.key(5))
     shared = sampling.generate(model, prompts, **kw)
-    assert seen == [(3, 8)]  # three distinct prompts, bucketed to 8 tokens
+    assert seen == [(4, 8)]  # three distinct prompts (a power of two: 4), 8 tokens
     alone = sampling.generate(model, prompts, share_prefill=False, **kw)
     assert seen[-1] == (12, 8)
     sampling._COMPILED.clear()
@@ -223,6 +223,29 @@ def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch)
     tol = logprob_tol(model, cache_len(shared, alone),
                       [p + g for p, g in zip(prompts, alone.sequences())], alone.logprobs)
     np.testing.assert_allclose(shared.logprobs, alone.logprobs, rtol=0, atol=tol)
+
+
+def test_mostly_distinct_prompts_prefill_every_row(qwen, monkeypatch):
+    """Sharing pays only when it halves the prefill: 5 distinct prompts padded to 8 rows with
+    copies of the first (an evaluation's call) prefill all 8 rows, the program of their row
+    count, and not a 5-row program of their own; 2 distinct prompts in 8 rows share."""
+    from jaxtom.models.decoder import Decoder
+    model, _ = qwen
+    seen = []
+    original = Decoder.forward_cached
+
+    def spy(self, tokens, cache, starts):
+        seen.append(tokens.shape[0])
+        return original(self, tokens, cache, starts)
+
+    monkeypatch.setattr(Decoder, "forward_cached", spy)
+    sampling._COMPILED.clear()
+    distinct = [[i + 1, i + 2, i + 3] for i in range(5)]
+    kw = dict(max_new_tokens=4, temperature=0.0)
+    sampling.generate(model, distinct + distinct[:1] * 3, **kw)
+    sampling.generate(model, distinct[:2] * 4, **kw)
+    sampling._COMPILED.clear()
+    assert seen == [8, 2]
 
 
 def test_bucket_sizes():
