@@ -5,8 +5,9 @@ colored squares, the same words in every episode, so a from-scratch model need n
 copy new words); 2 particles. A format warm-up on a label-free heuristic teacher
 (`approached`, which stands in for the paper's sampled generations of a bigger model and
 teaches the model to read its observation; checked on held-out prompts and retried once
-from a fresh initialisation if it did not learn to copy), then 300 SSRL steps on the ELBO
-reward with each probability's digit explored at temperature 3.0, then evaluation on
+from a fresh initialisation if it did not learn to copy), then 200 SSRL steps on the ELBO
+reward with each probability's digit explored at temperature 3.0, keeping the model of the
+best log score on 40 validation episodes (the warm-up's included), then evaluation on
 held-out episodes. Settings and why: `jaxtom.mindzero.experiments.tiny_config`.
 
 Ablations by switches: `mindzero.reward.entropy_weight=0.0` (w/o entropy bonus),

@@ -183,6 +183,9 @@ def _mindzero_cmd(args, config) -> int:
     print(f"trained in {t['total_s']:.0f} s (setup {t['setup_s']:.0f} s, warm-up "
           f"{t['warmup_s']:.0f} s, SSRL {t['ssrl_s']:.0f} s / {t['ssrl_steps']} steps); "
           f"run dir {out['run_dir']}")
+    if "kept_step" in t:
+        print(f"kept the model of SSRL step {t['kept_step']} (0: the warm-up), the best "
+              f"validation monitor log score ({t['kept_monitor_log_score']:.3f})")
     if args.action == "run":
         results = mindzero_evaluate(config, Path(out["run_dir"]) / "checkpoint", test=out["test"],
                                     train=out.get("train"))

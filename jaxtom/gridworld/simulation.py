@@ -170,21 +170,22 @@ def simulate(key: jax.Array, params: EnvParams, helpers=HELPERS, num_episodes: i
         states = reset_batch(key, params, num_episodes)
     num_episodes = states.time.shape[0]
     results: dict = {}
-    times: dict[str, list] = {h: [] for h in set(helpers) | {"stay"}}
-    posteriors: list = []
-    for seed in seeds:
-        keys = jax.random.split(jax.random.key(seed), num_episodes)
-        for helper in times:
-            final, traj, _, post = rollout_batch(keys, states, params, helper,
-                                                 track_posterior=track_posterior
-                                                 and helper == "stay")
-            times[helper].append(np.asarray(completion_time(final)))
-            if helper == "stay" and track_posterior:
-                valid = np.asarray(traj.valid)
-                posteriors.append((np.asarray(post) * valid).sum(1) / np.maximum(valid.sum(1), 1))
-    baseline = np.stack(times["stay"]).astype(np.float64)
+    # every seed in one batch (seed-major rows, each seed's keys as `split(key(seed), E)`):
+    # one call per helper, and the rows and program of the model helpers' own baseline
+    keys = jnp.concatenate([jax.random.split(jax.random.key(s), num_episodes) for s in seeds])
+    tiled = jax.tree.map(lambda x: jnp.concatenate([x] * len(seeds)), states)
+    times: dict[str, np.ndarray] = {}
+    posteriors = None
+    for helper in sorted(set(helpers) | {"stay"}):
+        track = track_posterior and helper == "stay"
+        final, traj, _, post = rollout_batch(keys, tiled, params, helper, track_posterior=track)
+        times[helper] = np.asarray(completion_time(final)).reshape(len(seeds), num_episodes)
+        if track:
+            valid = np.asarray(traj.valid)
+            posteriors = (np.asarray(post) * valid).sum(1) / np.maximum(valid.sum(1), 1)
+    baseline = times["stay"].astype(np.float64)
     for helper in helpers:
-        collab = np.stack(times[helper]).astype(np.float64)
+        collab = times[helper].astype(np.float64)
         values = np.asarray(speedup(baseline, collab))
         per_episode = values.mean(0)
         results[helper] = {

@@ -32,6 +32,12 @@ class DataSpec:
     task: str = "goals"  # goals: goal particles (assistance); qa: binary-choice questions
     # (section 5.1; jaxtom.mindzero.qa), where train/eval_episodes count QA episodes (3 each)
     qa_mirror: bool = False  # QA SSRL also asks each question with its options swapped
+    # > 0: this many validation episodes (fresh layouts, apart from train and eval): the
+    # held-out monitor and the warm-up checks read them instead of the eval episodes, and
+    # SSRL keeps the model of its best monitor log score (the warm-up's included) rather than
+    # its last (`jaxtom.mindzero.trainer.BestModel`); 0: the monitor reads the eval
+    # episodes, for logging only, and the last step is kept
+    val_episodes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +118,14 @@ class MindZeroSection:
         check(d.num_particles >= 1, "data.num_particles", "an int >= 1", d.num_particles)
         for name in ("max_steps", "train_episodes", "eval_episodes", "stride"):
             check(getattr(d, name) >= 1, f"data.{name}", "a positive int", getattr(d, name))
+        check(d.val_episodes >= 0, "data.val_episodes", "an int >= 0 (0: none)",
+              d.val_episodes)
+        check(not d.val_episodes or (d.task == "goals" and d.observation != "image"),
+              "data.val_episodes", "0 for this task and observation (validation episodes "
+              "exist for the text goal task)", d.val_episodes)
+        check(not d.val_episodes or config.trainer.eval_every > 0, "data.val_episodes",
+              "0 with trainer.eval_every=0 (the kept model is chosen at the monitor's steps)",
+              d.val_episodes)
         check(w.steps >= 0, "warmup.steps", "an int >= 0 (0: no warm-up)", w.steps)
         check(w.batch_size >= 1, "warmup.batch_size", "a positive int", w.batch_size)
         check(w.min_distinct >= 0, "warmup.min_distinct", "an int >= 0 (0: no check)",

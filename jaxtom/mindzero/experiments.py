@@ -61,7 +61,7 @@ def paper_config(name: str, model_dir: str, family: str) -> Config:
 def tiny_config() -> Config:
     """The CPU default: a tiny Qwen3-architecture decoder from scratch (see the config file).
 
-    SSRL samples at temperature 0.7 with lr 3e-4 and merges duplicate pairs: at temperature
+    SSRL samples at temperature 0.7 and merges duplicate pairs: at temperature
     1.0 a quarter of the warm-up model's samples were malformed (mostly object2 = object1 or a
     repeated pair), and their format penalty, hundreds of nats, set each group's scale, so the
     ELBO's goal signal was lost; at lr 1e-3 the held-out monitor fell from 0.24 to 0.04 top-1
@@ -81,11 +81,13 @@ def tiny_config() -> Config:
     seeds (monitor top-1 0.31 / 0.35 / 0.25) and SSRL then beat its warm-up by 4.7-4.8 SE in
     log score on each (benchmarks/README.md, "warm-up at lr 1e-3").
 
-    SSRL runs 300 steps (at a constant lr, so they are the first 300 of a longer run): the
-    run must fit 15 minutes on 2 cores, and on the previous default's 400-step runs the
-    held-out monitor at step 300 was already at its step-400 level on all three seeds
-    (benchmarks/README.md, "a 15-minute default"). Each group's prompt is packed once before
-    its 8 samples (`trainer.share_prompts`): the same gradient from 2.1x fewer FLOPs.
+    SSRL runs 200 steps at lr 6e-4 and keeps the model of its best monitor log score on 40
+    validation episodes (`data.val_episodes`, scored every 25 steps, the warm-up's score
+    included): at lr 3e-4 seed 0 sat on a plateau from step 100 to 400 (held-out monitor
+    -3.99, warm-up -4.44); at 6e-4 it reached -3.24 by step 100 and fell to -6.32 by step
+    200, and seeds 1 and 2 reached by step 100 what 3e-4 reached by 300 (benchmarks/README.md,
+    "a 15-minute default"). Each group's prompt is packed once before its 8 samples
+    (`trainer.share_prompts`): the same gradient from 2.1x fewer FLOPs.
     A teacher that lists its probabilities largest first (`mindzero.warmup.descending`)
     breaks the even split SSRL settles on (higher top-1, worse log score, no better helper):
     measured, not the default (benchmarks/README.md). So do batch-scaled advantages
@@ -110,17 +112,17 @@ def tiny_config() -> Config:
     explored digit and a checked warm-up")."""
     return Config(
         model=dataclasses.replace(TINY_MODEL, qk_norm=False),
-        step=StepConfig(learning_rate=3e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
-                        max_grad_norm=1.0, total_steps=300, end_lr_ratio=1.0),
-        trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=300,
+        step=StepConfig(learning_rate=6e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
+                        max_grad_norm=1.0, total_steps=200, end_lr_ratio=1.0),
+        trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=200,
                               prompts_per_step=16, group_size=8, temperature=0.7,
-                              max_new_tokens=48, row_len=128, eval_every=50,
+                              max_new_tokens=48, row_len=128, eval_every=25,
                               checkpoint_every=50, explore_temperature=3.0,
                               share_prompts=True),
         mindzero=MindZeroSection(
             data=DataSpec(max_steps=50, train_episodes=400, eval_episodes=40, split="episodes",
                           label_set="figure7", observation="compact_closing",
-                          num_particles=2),
+                          num_particles=2, val_episodes=40),
             warmup=WarmupSpec(steps=600, batch_size=32, learning_rate=1e-3,
                               teacher="approached", min_distinct=8, min_lead=0.5,
                               retries=1, check_at=400),

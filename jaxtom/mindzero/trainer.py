@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -58,6 +59,19 @@ def make_episodes(config):
     test = generate_episodes(k_eval, episode_params(config, "test"), d.eval_episodes,
                              batch_size=1024, exclude_layouts=layout_keys(train))
     return train, test
+
+
+def validation_episodes(config, train, test):
+    """`data.val_episodes` episodes for the monitor and checkpoint choice (None when 0): drawn
+    as the eval split is, from their own key, on layouts neither train nor eval uses, so
+    choosing a model on them reads nothing the evaluation scores."""
+    d = config.mindzero.data
+    if not d.val_episodes:
+        return None
+    key = jax.random.fold_in(jax.random.key(config.trainer.seed), 2)  # apart from the split
+    return generate_episodes(key, episode_params(config, "test"), d.val_episodes,
+                             batch_size=1024, exclude_layouts=layout_keys(train)
+                             | layout_keys(test))
 
 
 def episode_params(config, split: str) -> EnvParams:
@@ -382,6 +396,48 @@ class EarlyWarmupCheck:
                                   f"{record['step']}: {record['reason']}")
 
 
+class BestModel:
+    """An SSRL eval hook that keeps the model of the best validation monitor log score, the
+    warm-up's (step 0) included. RL on the ELBO can walk off a good policy: at lr 6e-4 seed
+    0 of the CPU default rose from -4.4 to -3.2 by step 100 and fell to -6.3 by step 200
+    (benchmarks/README.md). Only with validation episodes (`data.val_episodes`): choosing on
+    the eval episodes would score the choice on what chose it. The record (`best.json`) and
+    the model (`best_<step>`) live in the run directory, so a resumed run chooses from the
+    same history."""
+
+    def __init__(self, monitor, run_dir: Path, start_model, start_scores: dict):
+        self.monitor, self.run_dir, self.start_model = monitor, Path(run_dir), start_model
+        self.path = self.run_dir / "best.json"
+        if self.path.exists():
+            self.record = json.loads(self.path.read_text())
+        else:
+            self._write({"step": 0, "log_score": float(start_scores["log_score"])})
+
+    def _write(self, record: dict) -> None:
+        self.record = record
+        if jax.process_index() == 0:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(self.path)
+
+    def __call__(self, step: int, model) -> dict:
+        scores = self.monitor(step, model)
+        if scores["log_score"] > self.record["log_score"]:  # ties keep the earlier step
+            old = self.record["step"]
+            save_model(model, self.run_dir / f"best_{step}")
+            self._write({"step": step, "log_score": float(scores["log_score"])})
+            if old and jax.process_index() == 0:
+                shutil.rmtree(self.run_dir / f"best_{old}", ignore_errors=True)
+        return {**scores, "kept_step": self.record["step"]}
+
+    def chosen(self, last_model):
+        """The kept model (`last_model` only gives its structure, unless it is the kept)."""
+        step = self.record["step"]
+        if step == 0:
+            return self.start_model
+        return restore_params(last_model, self.run_dir / f"best_{step}")
+
+
 def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, monitor, mesh):
     """The format warm-up, checked on the held-out monitor when `warmup.min_distinct`,
     `warmup.min_lead` or `trainer.eval_every` ask for it; returns (model, monitor scores or
@@ -441,6 +497,7 @@ def train(config, progress: bool = True) -> dict:
     params = env_params(config)
     train_eps, test_eps = make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
+    val_eps = validation_episodes(config, train_eps, test_eps)
     model, codec = build_model(config, run_dir, views=(view, test_view))
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, row_len=max_row_len(config, codec, view), pad_id=codec.pad_id,
@@ -449,7 +506,9 @@ def train(config, progress: bool = True) -> dict:
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
     mz = config.mindzero
-    monitor = heldout_monitor(config, test_view, codec)
+    monitor = heldout_monitor(config, test_view if val_eps is None else
+                              HostEpisodes.from_episodes(val_eps), codec)
+    scores = None
     if mz.warmup.steps:
         model, scores = warm_up(config, model, codec, view, run_dir, monitor, mesh)
         if scores is not None:
@@ -457,21 +516,26 @@ def train(config, progress: bool = True) -> dict:
     timings["warmup_s"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
+    best = None
+    if val_eps is not None:
+        best = BestModel(monitor, run_dir, model, scores or monitor(0, model))
     table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories, params))  # [E,T+1,G]
     state = run_ssrl(model, task_records(view, mz.data.stride),
-                     ParticleRollout(config, codec, view, table), config, run_dir, monitor,
-                     timings, started=t2, run_started=t0, mesh=mesh)
+                     ParticleRollout(config, codec, view, table), config, run_dir,
+                     monitor if best is None else best, timings, started=t2, run_started=t0,
+                     mesh=mesh, best=best)
     return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
             "state": state}
 
 
 def run_ssrl(model, tasks, rollout, config, run_dir: Path, monitor, timings: dict, *,
-             started: float, run_started: float, mesh=None):
+             started: float, run_started: float, mesh=None, best: BestModel | None = None):
     """The SSRL phase every MindZero run ends with (goal particles, QA, image prompts): the
     one trainer under `run_dir/ssrl` (the held-out `monitor` as its eval hook when
     `trainer.eval_every`), the final model saved to `run_dir/checkpoint`, and the run's
-    `timings` (plus ssrl_s from `started`, total_s from `run_started`) written beside it.
-    Returns the final TrainState."""
+    `timings` (plus ssrl_s from `started`, total_s from `run_started`) written beside it;
+    with `best` (the monitor hook that also keeps the best model) its kept model is saved
+    instead of the last. Returns the final TrainState."""
     ssrl = Trainer(model, tasks, rollout, config.step,
                    dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")),
                    mesh=mesh, eval_hooks=[monitor] if config.trainer.eval_every else [],
@@ -479,7 +543,12 @@ def run_ssrl(model, tasks, rollout, config, run_dir: Path, monitor, timings: dic
     state = ssrl.run()
     timings["ssrl_s"] = time.perf_counter() - started
     timings["ssrl_steps"] = int(state.step)
-    save_model(ssrl.learner.model(state), run_dir / "checkpoint")
+    final = ssrl.learner.model(state)
+    if best is not None:
+        final = best.chosen(final)
+        timings["kept_step"], timings["kept_monitor_log_score"] = (
+            best.record["step"], best.record["log_score"])
+    save_model(final, run_dir / "checkpoint")
     timings["total_s"] = time.perf_counter() - run_started
     if jax.process_index() == 0:
         (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
@@ -498,10 +567,15 @@ def save_model(model, path: Path) -> Path:
 
 def load_model(config, checkpoint: str | Path, tokenizer_path=None):
     """(model, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
-    import orbax.checkpoint as ocp
     checkpoint = Path(checkpoint).absolute()
     tok = tokenizer_path or checkpoint.parent / "tokenizer.json"
     model, codec = build_model(config, checkpoint.parent, tokenizer_path=tok)
+    return restore_params(model, checkpoint), codec
+
+
+def restore_params(model, checkpoint: Path):
+    """`model` with the parameters saved by `save_model` at `checkpoint`."""
+    import orbax.checkpoint as ocp
     graphdef, abstract = nnx.split(model)
-    restored = ocp.StandardCheckpointer().restore(checkpoint, abstract)
-    return nnx.merge(graphdef, restored), codec
+    restored = ocp.StandardCheckpointer().restore(Path(checkpoint).absolute(), abstract)
+    return nnx.merge(graphdef, restored)

@@ -15,7 +15,7 @@ from jaxtom.mindzero.trainer import load_model, train
 MICRO = ["mindzero.data.train_episodes=8", "mindzero.data.eval_episodes=2",
          "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=3",
          "trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.max_new_tokens=24",
-         "trainer.eval_every=3", "model.vocab_size=320"]
+         "trainer.eval_every=3", "model.vocab_size=320", "mindzero.data.val_episodes=2"]
 
 
 def _run(workdir):
@@ -33,6 +33,8 @@ def test_two_runs_of_one_config_give_identical_metrics_and_parameters(tmp_path):
     first, params_a, tok_a = _run(tmp_path / "a")
     second, params_b, tok_b = _run(tmp_path / "b")
     assert tok_a == tok_b
+    kept = [json.loads((tmp_path / d / "best.json").read_text()) for d in "ab"]
+    assert kept[0] == kept[1] and kept[0]["step"] in (0, 3)  # the warm-up or the one monitor
     assert len(first) == 3 and "eval/top1" in first[-1]
     assert first == second  # every logged float, bit for bit (JSON round-trips floats exactly)
     assert all(np.array_equal(a, b) for a, b in zip(params_a, params_b))

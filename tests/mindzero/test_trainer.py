@@ -126,3 +126,74 @@ def test_an_early_check_abandons_a_warmup_attempt_at_its_step_and_a_rerun_skips_
             assert steps == [1]  # step 2's row is not logged: it stopped at its check
     with pytest.raises(ConfigError, match="check_at"):
         load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.warmup.check_at=-1"])
+
+
+def _tiny_decoder(seed):
+    from jaxtom.models import init_decoder
+    from jaxtom.models.config import ModelConfig
+    cfg = ModelConfig(family="qwen3", vocab_size=64, hidden_size=16, intermediate_size=32,
+                      num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8,
+                      max_position_embeddings=64)
+    return init_decoder(cfg, seed=seed)
+
+
+def _leaves(model):
+    import jax
+    from flax import nnx
+    return [np.asarray(x) for x in jax.tree.leaves(nnx.state(model))]
+
+
+def test_best_model_keeps_the_best_monitor_score_and_a_rerun_chooses_from_the_same_record(
+        tmp_path):
+    """The hook scores each model it is given (recorded: it is the model passed, not another),
+    keeps the best log score (the warm-up's at step 0 included; ties keep the earlier step),
+    leaves one kept model on disk, and a new hook on the same directory (a resumed run)
+    starts from that record."""
+    from jaxtom.mindzero.trainer import BestModel
+    scripted = {50: -4.0, 100: -3.0, 150: -3.0, 200: -6.0}
+    seen = []
+
+    def monitor(step, model):
+        seen.append((step, _leaves(model)[0].sum()))
+        return {"log_score": scripted[step], "top1": 0.3}
+
+    warm = _tiny_decoder(0)
+    models = {s: _tiny_decoder(s) for s in scripted}
+    best = BestModel(monitor, tmp_path, warm, {"log_score": -5.0})
+    out = [best(s, models[s]) for s in (50, 100, 150)]
+    assert [o["kept_step"] for o in out] == [50, 100, 100]
+    assert [s for s, _ in seen] == [50, 100, 150]
+    assert [v for _, v in seen] == [_leaves(models[s])[0].sum() for s in (50, 100, 150)]
+    assert sorted(p.name for p in tmp_path.glob("best_*")) == ["best_100"]
+    resumed = BestModel(monitor, tmp_path, warm, {"log_score": 0.0})  # record wins
+    assert resumed.record == {"step": 100, "log_score": -3.0}
+    assert resumed(200, models[200])["kept_step"] == 100
+    kept = resumed.chosen(models[200])
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(kept), _leaves(models[100])))
+
+
+def test_best_model_keeps_the_warmup_when_ssrl_never_beats_it(tmp_path):
+    from jaxtom.mindzero.trainer import BestModel
+    warm, later = _tiny_decoder(0), _tiny_decoder(1)
+    best = BestModel(lambda step, model: {"log_score": -6.0}, tmp_path, warm,
+                     {"log_score": -5.0})
+    assert best(50, later)["kept_step"] == 0
+    assert best.chosen(later) is warm and not list(tmp_path.glob("best_*"))
+
+
+def test_validation_episodes_are_apart_from_train_and_eval_and_need_a_monitor():
+    from jaxtom.gridworld.episodes import layout_keys
+    from jaxtom.mindzero.trainer import make_episodes, validation_episodes
+    cfg = load_config("configs/mindzero_gridworld_tiny.py", [
+        "mindzero.data.train_episodes=20", "mindzero.data.eval_episodes=10",
+        "mindzero.data.val_episodes=10"])
+    train, test = make_episodes(cfg)
+    val = validation_episodes(cfg, train, test)
+    assert len(layout_keys(val)) == 10
+    assert not layout_keys(val) & (layout_keys(train) | layout_keys(test))
+    off = load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.data.val_episodes=0"])
+    assert validation_episodes(off, train, test) is None
+    for bad in (["mindzero.data.val_episodes=-1"],
+                ["mindzero.data.val_episodes=5", "trainer.eval_every=0"]):
+        with pytest.raises(ConfigError, match="val_episodes"):
+            load_config("configs/mindzero_gridworld_tiny.py", bad)
