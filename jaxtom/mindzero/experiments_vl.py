@@ -43,7 +43,7 @@ def tiny_vl_config() -> Config:
                                     eval_every=10, checkpoint_every=10),
         mindzero=dataclasses.replace(
             mz, data=dataclasses.replace(mz.data, train_episodes=40, eval_episodes=8,
-                                         stride=4),
+                                         stride=4, val_episodes=0),  # text path only
             warmup=dataclasses.replace(mz.warmup, steps=10, batch_size=8, min_distinct=0,
                                        min_lead=0.0, retries=0),
             eval=dataclasses.replace(mz.eval, episodes=8, assist_episodes=4, qa_episodes=0,

@@ -65,6 +65,8 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
         if tiny:
             out += ["mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
                     "model.vocab_size=320"]
+        if name == "mindzero_gridworld_tiny":
+            out.append("mindzero.data.val_episodes=2")
         if name.startswith("mindzero_household") and not tiny:
             # the paper's reward model is a server; here the frozen stand-in scores (no HTTP)
             out += ["mindzero.household.scorer=reference", "mindzero.warmup.steps=2"]

@@ -32,7 +32,8 @@ MINDZERO = ["configs/mindzero_gridworld_tiny.py", "mindzero.data.train_episodes=
             "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
             "mindzero.warmup.batch_size=4", "trainer.total_steps=3", "step.total_steps=3",
             "trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.max_new_tokens=16",
-            "trainer.eval_every=0", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5",
+            "trainer.eval_every=0", "mindzero.data.val_episodes=0",
+            "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5",
             "model.vocab_size=320", "mesh.data=-1"]
 
 

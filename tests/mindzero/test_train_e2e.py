@@ -15,7 +15,8 @@ def test_tiny_run_trains_and_evaluates(tmp_path):
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=12", "mindzero.data.eval_episodes=3",
         "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=2", "trainer.prompts_per_step=2",
         "trainer.group_size=2", "mindzero.eval.episodes=3", "mindzero.eval.seeds=(10,)", "mindzero.eval.stride=8",
-        "mindzero.eval.qa_episodes=2", "model.vocab_size=320"])
+        "mindzero.eval.qa_episodes=2", "model.vocab_size=320", "trainer.eval_every=2",
+        "mindzero.data.val_episodes=2"])
     out = train(cfg, progress=False)
     assert (tmp_path / "checkpoint").exists() and (tmp_path / "warmup").exists()
     assert list((tmp_path / "ssrl" / "tensorboard").iterdir())
@@ -50,7 +51,8 @@ def test_ssrl_learns_from_the_reward_alone(tmp_path):
         "mindzero.warmup.learning_rate=3e-3",  # the setting the figures below were measured at
         "trainer.total_steps=150", "step.total_steps=150", "step.warmup_steps=5",
         "step.learning_rate=1e-3",
-        "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0"])
+        "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0",
+        "mindzero.data.val_episodes=0"])
     train(cfg, progress=False)
     lines = [json.loads(x) for x in
              (tmp_path / "ssrl" / "metrics.jsonl").read_text().splitlines() if x]
