@@ -53,6 +53,21 @@ class Batch:
         return tuple(self.tokens.shape)
 
 
+def _check_counts(n: int, **per_sequence) -> None:
+    for name, seq in per_sequence.items():
+        if len(seq) != n:
+            raise ValueError(f"{name} has {len(seq)} entries, expected one per sequence ({n})")
+
+
+def _empty(num_rows: int, row_len: int, pad_id: int) -> dict[str, np.ndarray]:
+    """The packed arrays before any sequence is placed (pad tokens, no segment, group -1)."""
+    shape = (num_rows, row_len)
+    return dict(tokens=np.full(shape, pad_id, np.int32), positions=np.zeros(shape, np.int32),
+                segments=np.zeros(shape, np.int32), mask=np.zeros(shape, np.float32),
+                adv=np.zeros(shape, np.float32), groups=np.full(shape, -1, np.int32),
+                old=np.zeros(shape, np.float32), decision=np.zeros(shape, np.float32))
+
+
 def pack_sequences(sequences: Sequence[Sequence[int]], policy_masks: Sequence[Sequence[float]],
                    advantages: Sequence[float], group_ids: Sequence[int], *, num_rows: int,
                    row_len: int, pad_id: int = 0,
@@ -64,19 +79,10 @@ def pack_sequences(sequences: Sequence[Sequence[int]], policy_masks: Sequence[Se
     that does not fit is an error naming the sizes, never a silent truncation.
     """
     n = len(sequences)
-    for name, seq in (("policy_masks", policy_masks), ("advantages", advantages),
-                      ("group_ids", group_ids)):
-        if len(seq) != n:
-            raise ValueError(f"{name} has {len(seq)} entries, expected one per sequence ({n})")
-    shape = (num_rows, row_len)
-    tokens = np.full(shape, pad_id, np.int32)
-    positions = np.zeros(shape, np.int32)
-    segments = np.zeros(shape, np.int32)
-    mask = np.zeros(shape, np.float32)
-    adv = np.zeros(shape, np.float32)
-    groups = np.full(shape, -1, np.int32)
-    old = np.zeros(shape, np.float32)
-    decision = np.zeros(shape, np.float32)
+    _check_counts(n, policy_masks=policy_masks, advantages=advantages, group_ids=group_ids)
+    a = _empty(num_rows, row_len, pad_id)
+    tokens, positions, segments, mask = a["tokens"], a["positions"], a["segments"], a["mask"]
+    adv, groups, old, decision = a["adv"], a["groups"], a["old"], a["decision"]
     fill = np.zeros(num_rows, np.int64)
     used_segments = np.zeros(num_rows, np.int32)
     for i, seq in enumerate(sequences):
@@ -129,21 +135,13 @@ def pack_shared_prompts(sequences: Sequence[Sequence[int]],
     Families are first-fit into the rows whole; a family longer than `row_len` is an error.
     """
     n = len(sequences)
-    for name, seq in (("policy_masks", policy_masks), ("advantages", advantages),
-                      ("group_ids", group_ids), ("prompt_lens", prompt_lens)):
-        if len(seq) != n:
-            raise ValueError(f"{name} has {len(seq)} entries, expected one per sequence ({n})")
+    _check_counts(n, policy_masks=policy_masks, advantages=advantages, group_ids=group_ids,
+                  prompt_lens=prompt_lens)
     families = shared_prompt_families(sequences, group_ids, prompt_lens)
-    shape = (num_rows, row_len)
-    tokens = np.full(shape, pad_id, np.int32)
-    positions = np.zeros(shape, np.int32)
-    segments = np.zeros(shape, np.int32)
-    parents = np.zeros(shape, np.int32)
-    mask = np.zeros(shape, np.float32)
-    adv = np.zeros(shape, np.float32)
-    groups = np.full(shape, -1, np.int32)
-    old = np.zeros(shape, np.float32)
-    decision = np.zeros(shape, np.float32)
+    a = _empty(num_rows, row_len, pad_id)
+    tokens, positions, segments, mask = a["tokens"], a["positions"], a["segments"], a["mask"]
+    adv, groups, old, decision = a["adv"], a["groups"], a["old"], a["decision"]
+    parents = np.zeros((num_rows, row_len), np.int32)
     fill = np.zeros(num_rows, np.int64)
     used = np.zeros(num_rows, np.int32)
     for members in families:
