@@ -104,9 +104,10 @@ def tiny_config() -> Config:
     closing count in the current phase, so whether the human's path separates two partners
     is one token) and the digit after a probability's "0." is explored at temperature 3.0
     (`trainer.explore_temperature`): together they gave helpers at the exact posterior's
-    level. The warm-up is checked on the monitor (validation episodes): its greedy answers must name the
-    observation's lead first in at least half of them (`warmup.min_lead`), else it is run
-    once more from a fresh initialisation (`warmup.retries`): with this observation seed 1's
+    level. The warm-up is checked on the monitor (validation episodes): its greedy answers
+    must name the observation's lead first in at least half of them (`warmup.min_lead`),
+    else it is run once more from a fresh initialisation (`warmup.retries`): with this
+    observation seed 1's
     first initialisation wrote the format without copying (lead named first rarely, monitor
     top-1 0.05) and its next one copied (top-1 0.24) (benchmarks/README.md, "closing counts,
     explored digit and a checked warm-up")."""
