@@ -107,10 +107,9 @@ def tiny_config() -> Config:
     level. The warm-up is checked on the monitor (validation episodes): its greedy answers
     must name the observation's lead first in at least half of them (`warmup.min_lead`),
     else it is run once more from a fresh initialisation (`warmup.retries`): with this
-    observation seed 1's
-    first initialisation wrote the format without copying (lead named first rarely, monitor
-    top-1 0.05) and its next one copied (top-1 0.24) (benchmarks/README.md, "closing counts,
-    explored digit and a checked warm-up")."""
+    observation seed 1's first initialisation wrote the format without copying (lead named
+    first rarely, monitor top-1 0.05) and its next one copied (top-1 0.24)
+    (benchmarks/README.md, "closing counts, explored digit and a checked warm-up")."""
     return Config(
         model=dataclasses.replace(TINY_MODEL, qk_norm=False),
         step=StepConfig(learning_rate=6e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.0,
