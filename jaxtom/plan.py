@@ -195,18 +195,21 @@ def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0, patches: int = 
     """Matmul FLOPs of one full forward over [rows, seq]: weights, LM head and attention
     (for a VLConfig, plus the vision tower on each row's picture of `patches` patches).
 
-    Attention counts the whole seq x seq score matrix, as the decoder computes it (the causal
-    mask is applied to, not skipped in, the matmul).
+    Attention counts the scores the decoder forms: each block of queries against the keys up
+    to its end (`decoder.attended_keys`; masked scores inside a block are computed too).
     """
     if hasattr(mcfg, "vision"):
         return (forward_flops(mcfg.text, rows, seq, lora_rank)
                 + vision_flops(mcfg.vision, rows, patches))
+    from jaxtom.models.decoder import attended_keys
+
     d, f, hd, L = mcfg.hidden_size, mcfg.intermediate_size, mcfg.head_dim, mcfg.num_layers
     q, kv = mcfg.num_heads * hd, mcfg.num_kv_heads * hd
     weights = L * (2 * d * q + 2 * d * kv + 3 * d * f) + d * mcfg.vocab_size
     if lora_rank:  # default targets: q, k, v, o
         weights += L * lora_rank * ((d + q) * 2 + (d + kv) * 2)
-    attention = L * 2 * seq * q  # multiply-adds per token: QK^T and PV, seq x q each
+    # multiply-adds per token: QK^T and PV, (keys it attends) x q each
+    attention = L * 2 * attended_keys(seq) * q
     return 2.0 * rows * seq * (weights + attention)
 
 

@@ -32,6 +32,13 @@ from jaxtom.models.config import ModelConfig
 # train step compiles ~4x slower (12 s -> 46 s) for a ~10% faster step, so deep models scan.
 UNROLL_MAX_LAYERS = 8
 
+# The training forward computes attention a block of queries at a time, each block against the
+# keys up to its own end: in a row-causal mask the keys after a block are all masked, so about
+# half the score matrix is never formed (the result is the same). Blocks are at least
+# QUERY_BLOCK queries, and a row has at most MAX_QUERY_BLOCKS of them (a bounded program size).
+QUERY_BLOCK = 32
+MAX_QUERY_BLOCKS = 8
+
 # Logical axes of the training forward's activations (mapped to mesh axes by the rule table).
 HIDDEN_AXES = ("batch", "seq", "embed")
 LOGITS_AXES = ("batch", "seq", "vocab")
@@ -184,10 +191,34 @@ def attention(q, k, v, mask, cfg: ModelConfig, heads_first: bool = False) -> jax
     return out.reshape(B, T, cfg.num_heads * cfg.head_dim)
 
 
+def query_blocks(length: int) -> list[tuple[int, int]]:
+    """Static [start, end) query blocks of a `length`-token row (see QUERY_BLOCK)."""
+    size = max(QUERY_BLOCK, -(-length // MAX_QUERY_BLOCKS))
+    return [(a, min(length, a + size)) for a in range(0, length, size)]
+
+
+def attended_keys(length: int) -> float:
+    """Keys each query's scores span on average under `causal_attention` (FLOP counts)."""
+    return sum((b - a) * b for a, b in query_blocks(length)) / max(length, 1)
+
+
+def causal_attention(q, k, v, mask, cfg: ModelConfig) -> jax.Array:
+    """`attention` for a mask with no key after its query in the row (q, k, v of one row
+    order): each query block attends only to the keys up to its end. The skipped scores are
+    all masked, so the result equals `attention`'s."""
+    blocks = query_blocks(q.shape[1])
+    if len(blocks) == 1:
+        return attention(q, k, v, mask, cfg)
+    return jnp.concatenate([attention(q[:, a:b], k[:, :b], v[:, :b], mask[:, a:b, :b], cfg)
+                            for a, b in blocks], axis=1)
+
+
 def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
-                  heads_first: bool = False):
+                  heads_first: bool = False, row_causal: bool = False):
     """One block. `kv_write(k, v)` stores the new keys/values and returns (keys, values, mask);
-    `heads_first` says the keys/values it returns are [B,K,S,hd] rather than [B,S,K,hd]."""
+    `heads_first` says the keys/values it returns are [B,K,S,hd] rather than [B,S,K,hd];
+    `row_causal` that the mask lets no query see a key after it in the row (the training
+    forward's), so attention skips those blocks (`causal_attention`)."""
     B, T, _ = h.shape
     x = rms_norm(h, p["input_layernorm"], cfg.rms_norm_eps)
     q = _linear(p, "q_proj", x, lora_scale).reshape(B, T, cfg.num_heads, cfg.head_dim)
@@ -198,7 +229,9 @@ def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys, values, mask = kv_write(k, v)
-    h = h + _linear(p, "o_proj", attention(q, keys, values, mask, cfg, heads_first), lora_scale)
+    attn = (causal_attention(q, keys, values, mask, cfg) if row_causal and not heads_first
+            else attention(q, keys, values, mask, cfg, heads_first))
+    h = h + _linear(p, "o_proj", attn, lora_scale)
     x = rms_norm(h, p["post_attention_layernorm"], cfg.rms_norm_eps)
     gate = jax.nn.silu(_linear(p, "gate_proj", x, lora_scale))
     return h + _linear(p, "down_proj", gate * _linear(p, "up_proj", x, lora_scale), lora_scale)
@@ -264,7 +297,9 @@ class Decoder(nnx.Module):
         `segment_ids` [B, T] keep packed sequences from attending to each other;
         `parent_ids` [B, T] (with them) name one more segment each token may read: a prompt
         shared by the completions packed after it (`jaxtom.rl.batch.pack_shared_prompts`;
-        a token's own segment where there is none). Causality follows `positions`. `mesh`
+        a token's own segment where there is none). A token sees the tokens before it in the
+        row whose positions are not after its own (packed rows keep each sequence in order, and
+        a shared prompt before its completions). `mesh`
         (and the logical-axis `rules`, default `parallel.DEFAULT_RULES`): shard activations
         over its batch axes (rows arriving sharded otherwise are resharded to them). Each layer is
         rematerialised in the backward pass when `uses_remat(config)`. `return_hidden`: the
@@ -274,7 +309,8 @@ class Decoder(nnx.Module):
         cfg = self.config
         input_ids, positions = token_inputs(input_ids, positions)
         cos, sin = self._rope(positions)
-        mask = positions[:, None, :] <= positions[:, :, None]
+        T = input_ids.shape[1]
+        mask = (positions[:, None, :] <= positions[:, :, None]) & jnp.tril(jnp.ones((T, T), bool))
         if segment_ids is not None:
             same = segment_ids[:, None, :] == segment_ids[:, :, None]
             if parent_ids is not None:
@@ -286,7 +322,8 @@ class Decoder(nnx.Module):
         scanned = cfg.num_layers > UNROLL_MAX_LAYERS
 
         def block(h, p):
-            h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask))
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask),
+                              row_causal=True)
             return constrain(h, HIDDEN_AXES, mesh, rules)
 
         if uses_remat(cfg):

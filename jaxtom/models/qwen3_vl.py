@@ -116,7 +116,8 @@ class Qwen3VL(nnx.Module):
         h = constrain(h, HIDDEN_AXES, mesh, rules)
 
         def block(h, p):
-            h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask))
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask),
+                              row_causal=True)
             return constrain(h, HIDDEN_AXES, mesh, rules)
 
         scanned = cfg.num_layers > UNROLL_MAX_LAYERS
