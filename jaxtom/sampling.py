@@ -217,12 +217,12 @@ def _prefill(graphdef, config: LoopConfig, params, cache: KVCache, chunk: Prompt
     B, U = chunk.active.shape[0], chunk.tokens.shape[0]
     starts, lens = chunk.starts, chunk.chunk_lens
     if U == B:
-        logits, cache = model.forward_cached(chunk.tokens, cache, starts)
-        last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
+        logits, cache = model.forward_cached(chunk.tokens, cache, starts, last=lens - 1)
+        last = logits[:, 0]
     else:  # shared prompts: prefill each once, then give every row its prompt's cache
         shared = KVCache.zeros(model.config, U, cache.k.shape[CACHE_SEQ_AXIS])
-        logits, shared = model.forward_cached(chunk.tokens, shared, starts)
-        last = jnp.take_along_axis(logits, (lens - 1)[:, None, None], axis=1)[:, 0]
+        logits, shared = model.forward_cached(chunk.tokens, shared, starts, last=lens - 1)
+        last = logits[:, 0]
         cache = KVCache(jnp.take(shared.k, chunk.source, axis=1),
                         jnp.take(shared.v, chunk.source, axis=1))
         last, starts, lens = last[chunk.source], starts[chunk.source], lens[chunk.source]

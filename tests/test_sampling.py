@@ -204,9 +204,10 @@ def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch)
     seen = []
     original = Decoder.forward_cached
 
-    def spy(self, tokens, cache, starts):
+    def spy(self, tokens, cache, starts, last=None):
         seen.append(tokens.shape)
-        return original(self, tokens, cache, starts)
+        assert last is not None and last.shape == tokens.shape[:1]  # one entry per row
+        return original(self, tokens, cache, starts, last=last)
 
     monkeypatch.setattr(Decoder, "forward_cached", spy)
     sampling._COMPILED.clear()  # trace again, through the spy
@@ -234,9 +235,10 @@ def test_mostly_distinct_prompts_prefill_every_row(qwen, monkeypatch):
     seen = []
     original = Decoder.forward_cached
 
-    def spy(self, tokens, cache, starts):
+    def spy(self, tokens, cache, starts, last=None):
         seen.append(tokens.shape[0])
-        return original(self, tokens, cache, starts)
+        assert last is not None and last.shape == tokens.shape[:1]  # one entry per row
+        return original(self, tokens, cache, starts, last=last)
 
     monkeypatch.setattr(Decoder, "forward_cached", spy)
     sampling._COMPILED.clear()

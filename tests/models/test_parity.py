@@ -63,6 +63,15 @@ def test_cached_chunks_equal_full_forward(tiny_checkpoints):
     # resuming one slot early (overwriting the last prefilled key) fails it
     early, _ = model.forward_cached(ids[:, 5:], cache, np.full(2, 4, np.int32))
     assert not is_close(np.concatenate([first, early], 1), full, **tol)
+    # only the wanted entry's logits (a prefill's last token), each row its own, and the
+    # same cache
+    picks = np.asarray([6, 2], np.int32)
+    picked, cache_picked = model.forward_cached(ids[:, 5:], cache, np.full(2, 5, np.int32),
+                                                last=picks)
+    assert picked.shape == (2, 1, model.config.vocab_size)
+    assert_close(picked[:, 0], np.asarray(second)[np.arange(2), picks], **tol)
+    _, cache_all = model.forward_cached(ids[:, 5:], cache, np.full(2, 5, np.int32))
+    np.testing.assert_array_equal(np.asarray(cache_picked.k), np.asarray(cache_all.k))
 
 
 @pytest.mark.parametrize("name", ["qwen3-gqa", "llama-mqa-tied-bias", "llama-gqa8x2-llama3rope"])
