@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import stat
 import subprocess
@@ -263,3 +262,92 @@ def test_on_tpu_vm_follows_jax_and_jax_platforms(monkeypatch):
     assert parallel.on_tpu_vm() is True
     monkeypatch.setattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False)
     assert parallel.on_tpu_vm() is False
+
+
+# ---- launch/gpu_smoke.py ------------------------------------------------------------------
+def _smoke_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "launch" / "gpu_smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def smoke(monkeypatch):
+    monkeypatch.setenv("JAXTOM_MODELS", str(ROOT / "launch" / "models"))
+    return _smoke_module()
+
+
+def test_gpu_smoke_divides_the_paper_configs_rows_on_one_device(smoke):
+    overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=False, divisor=8)
+    assert overrides[-5:] == ["mesh.data=1", "mesh.fsdp=1", "mesh.tensor=1",
+                              "trainer.prompts_per_step=4", "trainer.rollout_rows=16"]
+    config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
+    assert config.model.path.endswith("launch/models/Qwen3-4B")  # the shipped config.json
+    with pytest.raises(smoke.SmokeError, match="prompts_per_step=32 does not divide by"):
+        smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=False, divisor=3)
+
+
+def test_gpu_smoke_batch_is_the_program_the_plan_compiles(smoke):
+    from jaxtom import plan
+    from jaxtom.rl.step import Learner, score_widths
+
+    overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=True, divisor=8)
+    config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
+    mcfg = plan.model_config(config.model)
+    _, abstract = plan._abstract_model(config, mcfg)
+    learner = Learner(abstract, config.step)
+    rows = plan.rollout_rows(config)
+    batch = smoke.random_batch(config, mcfg, learner, rows, seed=0)
+    want = plan._abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
+    import jax
+    assert (jax.tree.map(lambda x: (x.shape, x.dtype), batch)
+            == jax.tree.map(lambda x: (x.shape, x.dtype), want))
+    # every position scored: the plan's full width, not a narrower program
+    assert score_widths(batch) == (config.trainer.row_len, 0)
+
+
+def test_gpu_smoke_sets_measured_peaks_beside_the_plan(smoke):
+    gib = 1024 ** 3
+    measured = {"rollout": {"padded_rows": 16, "prompt_slots": 1792, "cache_len": 2048},
+                "update": {"padded_rows": 128, "row_len": 2048,
+                           "xla_memory_on_device": {"peak": 90 * gib}},
+                "memory": {"after_init": {"peak_bytes_in_use": 60 * gib},
+                           "after_rollout": {"peak_bytes_in_use": 70 * gib},
+                           "after_update": {"peak_bytes_in_use": 99 * gib}}}
+    predicted = {"update_rows": 128, "update_row_len": 2048, "rollout_rows": 16,
+                 "rollout_prompt_len": 1792, "rollout_cache_len": 2048,
+                 "update_peak_bytes": 100 * gib, "per_device_peak_bytes": 100 * gib,
+                 "rollout_peak_with_train_state_bytes": 80 * gib}
+    out = smoke.compare(measured, predicted)
+    assert out["shapes_match"] is True
+    assert out["rollout"]["measured_over_plan"] == pytest.approx(70 / 80)
+    assert out["update"]["measured_over_plan"] == pytest.approx(0.99)
+    assert out["update_xla_on_device_over_plan"] == pytest.approx(0.9)
+    measured["rollout"]["cache_len"] = 4096
+    assert smoke.compare(measured, predicted)["shapes_match"] is False
+    measured["memory"] = {k: None for k in measured["memory"]}  # CPU: no allocator stats
+    assert "update" not in smoke.compare(measured, predicted)
+    assert smoke.compare(measured, {"error": "plan failed"}) == {}
+
+
+@pytest.mark.slow
+def test_gpu_smoke_tiny_runs_end_to_end_on_cpu_beside_jaxtom_plan(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAXTOM_MODELS"}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, str(ROOT / "launch" / "gpu_smoke.py"), "--tiny"],
+                         env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    r, u = result["rollout"], result["update"]
+    assert r["rows"] == 16 and r["new_tokens"] == 16 * 16  # every row decodes max_new_tokens
+    assert u["rows"] == 128 and u["optimizer_updates"] == 4 and u["metrics_finite"]
+    assert u["seconds"] > 0 and u["mfu"] > 0 and r["tokens_per_s"] > 0
+    assert "error" not in result["plan"], result["plan"]
+    assert result["versus_plan"]["shapes_match"], result["versus_plan"]
+    # the device compiler and the plan compile the same update program (both XLA:CPU here)
+    assert result["versus_plan"]["update_xla_on_device_over_plan"] == pytest.approx(1, rel=0.05)
+    assert result["memory"]["after_update"] is None  # the CPU keeps no allocator statistics
+    assert result["versions"]["backend"] == "cpu" and result["versions"]["jax"]
