@@ -241,7 +241,9 @@ def random_batch(config, mcfg, learner, rows: int, seed: int):
     return type(shapes)(**fields)
 
 
-def run(config_path: str, overrides: list[str], args) -> dict:
+def run(config_path: str, overrides: list[str], args, out: dict) -> None:
+    """Fills `out` phase by phase, so that a failure (out of memory, say) still reports what
+    was measured before it."""
     import jax
     import numpy as np
 
@@ -257,12 +259,10 @@ def run(config_path: str, overrides: list[str], args) -> dict:
     mesh = parallel.make_mesh(1, 1, 1, devices=[device])
     t = config.trainer
     peak = args.peak_tflops * 1e12
-    out: dict = {"config": config_path, "overrides": overrides,
-                 "model": {"params": mcfg.num_params(), "layers": mcfg.num_layers,
-                           "hidden": mcfg.hidden_size, "vocab": mcfg.vocab_size,
-                           "param_dtype": mcfg.param_dtype,
-                           "compute_dtype": mcfg.compute_dtype},
-                 "peak_tflops": args.peak_tflops}
+    out["model"] = {"params": mcfg.num_params(), "layers": mcfg.num_layers,
+                    "hidden": mcfg.hidden_size, "vocab": mcfg.vocab_size,
+                    "param_dtype": mcfg.param_dtype, "compute_dtype": mcfg.compute_dtype}
+    mem = out["memory"] = {}
 
     # the train state, built on the device in one program
     build, abstract = plan._abstract_model(config, mcfg)
@@ -271,7 +271,7 @@ def run(config_path: str, overrides: list[str], args) -> dict:
     state = jax.jit(lambda: learner.init_state(build(), seed=config.model.seed))()
     jax.block_until_ready(state)
     out["init_seconds"] = time.perf_counter() - start
-    mem = {"after_init": memory(device)}
+    mem["after_init"] = memory(device)
 
     # one rollout call at the plan's shapes
     n = t.prompts_per_step * t.group_size
@@ -335,8 +335,6 @@ def run(config_path: str, overrides: list[str], args) -> dict:
                      "metrics": metrics,
                      "metrics_finite": all(math.isfinite(v) for v in metrics.values())}
     mem["after_update"] = memory(device)
-    out["memory"] = mem
-    return out
 
 
 def compare(measured: dict, predicted: dict) -> dict:
@@ -370,31 +368,40 @@ def compare(measured: dict, predicted: dict) -> dict:
 
 def human(result: dict) -> str:
     gib = 1024 ** 3
-    v, u, r = result["versions"], result["update"], result["rollout"]
+    v = result["versions"]
     lines = [f"device {v['device_kind']} ({v['backend']}), jax {v['jax']}, "
-             f"platform {v['platform_version']!r}",
-             f"rollout: {r['rows']} rows x {r['prompt_len']} prompt + "
-             f"{r['new_tokens'] // r['rows']} new tokens in {r['seconds']:.2f} s "
-             f"({r['new_tokens_per_s']:.0f} new tokens/s, MFU {r['mfu']:.1%})",
-             f"update: {u['padded_rows']} rows x {u['row_len']} in {u['seconds']:.2f} s "
-             f"({u['tokens_per_s']:.0f} tokens/s, MFU {u['mfu']:.1%}), compiled in "
-             f"{u['compile_seconds']:.0f} s"]
-    if not any(result["memory"].values()):
+             f"platform {v['platform_version']!r}"]
+    if "rollout" in result:
+        r = result["rollout"]
+        lines.append(f"rollout: {r['rows']} rows x {r['prompt_len']} prompt + "
+                     f"{r['new_tokens'] // r['rows']} new tokens in {r['seconds']:.2f} s "
+                     f"({r['new_tokens_per_s']:.0f} new tokens/s, MFU {r['mfu']:.1%})")
+    if "update" in result:
+        u = result["update"]
+        lines.append(f"update: {u['padded_rows']} rows x {u['row_len']} in "
+                     f"{u['seconds']:.2f} s ({u['tokens_per_s']:.0f} tokens/s, MFU "
+                     f"{u['mfu']:.1%}), compiled in {u['compile_seconds']:.0f} s")
+    memory_stats = result.get("memory", {})
+    if not any(memory_stats.values()):
         lines.append(f"memory: the {v['backend']} backend keeps no allocator statistics")
-    for phase, stats in result["memory"].items():
+    for phase, stats in memory_stats.items():
         if stats:
             lines.append(f"memory {phase}: peak {stats['peak_bytes_in_use'] / gib:.2f} GiB, "
                          f"in use {stats['bytes_in_use'] / gib:.2f} GiB")
+    plan = result.get("plan") or {}
+    if "error" in plan:
+        lines.append(f"plan: {plan['error']}")
     versus = result.get("versus_plan", {})
     if "shapes_match" in versus:
         lines.append("shapes as the plan's: " + ("yes" if versus["shapes_match"] else
                                                  f"NO {versus['shapes']}"))
     for name in ("rollout", "update", "whole_step"):
-        if name not in versus:
-            continue
-        c = versus[name]
-        lines.append(f"{name}: measured {c['measured_peak_bytes'] / gib:.2f} GiB, plan "
-                     f"{c['plan_bytes'] / gib:.2f} GiB ({c['measured_over_plan']:.2f}x)")
+        if name in versus:
+            c = versus[name]
+            lines.append(f"{name}: measured {c['measured_peak_bytes'] / gib:.2f} GiB, plan "
+                         f"{c['plan_bytes'] / gib:.2f} GiB ({c['measured_over_plan']:.2f}x)")
+    if "error" in result:
+        lines.append(f"FAILED: {result['error'][:500]}")
     return "\n".join(lines)
 
 
@@ -435,31 +442,50 @@ def main(argv: list[str] | None = None) -> int:
         from jaxtom import plan
         return plan.main([args.config, *args.overrides])
     from jaxtom.config import ConfigError
+    background, predicted = None, None
     try:
         overrides = smoke_overrides(args.config, args.overrides, args.tiny, args.rows_divisor)
-        background = None
         if args.plan_json:
             lines = [x for x in args.plan_json.read_text().splitlines() if x.startswith("{")]
             if not lines:
                 raise SmokeError(f"--plan-json {args.plan_json} holds no JSON line")
             predicted = plan_summary(json.loads(lines[-1]))
-        elif not args.no_plan:
+        result: dict = {"config": args.config, "overrides": overrides,
+                        "peak_tflops": args.peak_tflops}
+        if not args.no_plan and not args.plan_json:
             background = start_plan(args.config, overrides)
-        result = run(args.config, overrides, args)
+        status = 0
+        try:
+            run(args.config, overrides, args, result)
+        except (ConfigError, SmokeError):
+            raise
+        except Exception as err:  # noqa: BLE001  (reported in the JSON line, exit status 1)
+            import jax
+            result["error"] = f"{type(err).__name__}: {str(err)[:4000]}"
+            result.setdefault("memory", {})["at_error"] = memory(jax.devices()[0])
+            status = 1
+        result["versions"] = versions()
+        result["stubbed_modules"] = STUBBED
+        result["xla_python_client_mem_fraction"] = os.environ.get(
+            "XLA_PYTHON_CLIENT_MEM_FRACTION")
+        if background is not None:
+            predicted = plan_summary(finish_plan(*background, timeout=args.plan_timeout))
+            background = None
     except (ConfigError, SmokeError) as err:
         print(str(err) if isinstance(err, ConfigError) else f"gpu_smoke: {err}",
               file=sys.stderr)
         return 2
-    result["versions"] = versions()
-    result["stubbed_modules"] = STUBBED
-    result["xla_python_client_mem_fraction"] = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
-    if background is not None:
-        predicted = plan_summary(finish_plan(*background, timeout=args.plan_timeout))
-    result["plan"] = None if args.no_plan else predicted
-    result["versus_plan"] = {} if args.no_plan else compare(result, predicted)
+    finally:
+        if background is not None:  # never leave the plan running past this script
+            background[0].kill()
+            background[0].wait()
+            background[1].unlink(missing_ok=True)
+    result["plan"] = predicted
+    result["versus_plan"] = (compare(result, predicted)
+                             if predicted is not None and "update" in result else {})
     print(human(result))
     print(json.dumps(result))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -333,6 +333,22 @@ def test_gpu_smoke_sets_measured_peaks_beside_the_plan(smoke):
     assert smoke.compare(measured, {"error": "plan failed"}) == {}
 
 
+def test_gpu_smoke_reports_a_failure_with_what_it_measured(smoke, monkeypatch, capsys):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+
+    def out_of_memory(config_path, overrides, args, out):
+        out["model"] = {"params": 1}
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes")
+
+    monkeypatch.setattr(smoke, "run", out_of_memory)
+    assert smoke.main(["--tiny", "--no-plan"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED")
+    assert result["model"] == {"params": 1} and result["versions"]["backend"]
+    assert any(line.startswith("FAILED: RuntimeError") for line in lines)
+
+
 @pytest.mark.slow
 def test_gpu_smoke_tiny_runs_end_to_end_on_cpu_beside_jaxtom_plan(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAXTOM_MODELS"}
