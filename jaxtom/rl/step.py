@@ -14,10 +14,11 @@ eta (CToM eq. 7), then clips by global norm and applies AdamW. Losses are token 
 the mini-batch (as verl / EasyR1 take them), accumulated as sums over micro-batches and
 divided by counts taken from the whole mini-batch, so any micro-batch split gives the same
 update. `micro_batches` is therefore a cap, a memory knob: a device holding fewer rows of a
-mini-batch than the cap takes fewer micro-batches (one row each), chosen from the shapes
-when the program is compiled. Policy rows and prediction rows are split separately (their
-two gradients come from separate forwards), each with its own micro-batch count. A mini-batch with nothing to learn from (or non-finite gradients) leaves params and
-optimiser state untouched.
+mini-batch than the cap takes one micro-batch per row, chosen from the shapes when the
+program is compiled. Policy rows and prediction rows are split separately (their two
+gradients come from separate forwards), each with its own micro-batch count. A mini-batch
+with nothing to learn from (or non-finite gradients) leaves params and optimiser state
+untouched.
 
 Log-probs come from the decoder's final hidden states through `logprobs`: only the positions a
 loss reads (policy and decision tokens, prediction targets) are scored, a vocabulary chunk at
@@ -349,8 +350,9 @@ class Learner:
 
         Compiled once per batch structure, shapes and scoring width (`program`); `state` is
         donated. Rows not padded as `row_split` asks are padded inside the program
-        (`put_batch` pads first, so its arrays arrive sharded). With several updates per batch, `batch.old_logp` (the
-        sampler's log-probs) is used as given, and scored by the current params when None.
+        (`put_batch` pads first, so its arrays arrive sharded). With several updates per
+        batch, `batch.old_logp` (the sampler's log-probs) is used as given, and scored by the
+        current params when None.
         """
         return self.program(state, batch)(state, batch)
 
