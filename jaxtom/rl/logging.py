@@ -1,10 +1,11 @@
 """Metrics to TensorBoard and a JSONL file (one object per step), process 0 only.
 
 Both go through `etils.epath` (`jaxtom.storage`), so the workdir may be `gs://...`. Object
-stores cannot append, so there the JSONL file is rewritten whole at each log (a few KB per
-hundred steps); a local or mounted file is appended to. TensorBoard events for a URI are
-written by a tensorboardX writer factory backed by epath (tensorboardX's own `gs://` writer
-needs google-cloud-storage).
+stores cannot append, so there a file is rewritten whole when flushed (the JSONL file at
+each log, a few KB per hundred steps); a local or mounted file is appended to. TensorBoard
+events reach epath through a tensorboardX writer factory: the logdir is given to
+tensorboardX as `jaxtom-epath:<path>` (its own `gs://` writer needs google-cloud-storage
+and its local one uses `open()`).
 """
 
 from __future__ import annotations
@@ -15,38 +16,57 @@ import jax
 
 from jaxtom import storage
 
+_SCHEME = "jaxtom-epath"
 
-class _EpathEventFile:
-    """A tensorboardX record sink on an epath file, rewritten whole on flush."""
 
-    def __init__(self, path: str):
-        self.path, self.data = storage.path(path), bytearray()
+class _EpathFile:
+    """A write-only byte sink on an epath file: streamed when local, kept and rewritten
+    whole on flush when the path is an object-store URI."""
+
+    def __init__(self, path):
+        self.path = storage.path(path)
+        self.data = bytearray() if storage.is_uri(self.path) else None
+        self.fh = None if storage.is_uri(self.path) else self.path.open("ab")
 
     def write(self, b: bytes) -> None:
-        self.data += b
+        if self.fh is None:
+            self.data += b
+        else:
+            self.fh.write(b)
 
     def flush(self) -> None:
-        with self.path.open("wb") as fh:
-            fh.write(bytes(self.data))
+        if self.fh is None:
+            with self.path.open("wb") as fh:
+                fh.write(bytes(self.data))
+        else:
+            self.fh.flush()
 
     def close(self) -> None:
         self.flush()
+        if self.fh is not None:
+            self.fh.close()
 
 
 class _EpathEventFactory:
-    def open(self, path: str):
-        return _EpathEventFile(path)
+    """tensorboardX's hook for a path prefix (`register_writer_factory`)."""
+
+    @staticmethod
+    def _strip(path: str) -> str:
+        return path[len(_SCHEME) + 1:]
+
+    def open(self, path: str) -> _EpathFile:
+        return _EpathFile(self._strip(path))
 
     def directory_check(self, path: str) -> None:
-        storage.path(path).mkdir(parents=True, exist_ok=True)
+        storage.path(self._strip(path)).mkdir(parents=True, exist_ok=True)
 
 
-def _summary_writer(logdir):
+def summary_writer(logdir):
+    """A tensorboardX SummaryWriter whose event files are written through epath."""
     from tensorboardX import SummaryWriter, record_writer
 
-    if storage.is_uri(logdir):
-        record_writer.register_writer_factory(str(logdir).split(":")[0], _EpathEventFactory())
-    return SummaryWriter(str(logdir))
+    record_writer.register_writer_factory(_SCHEME, _EpathEventFactory())
+    return SummaryWriter(f"{_SCHEME}:{logdir}")
 
 
 class MetricsLogger:
@@ -56,27 +76,21 @@ class MetricsLogger:
             return
         workdir = storage.path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        self.writer = _summary_writer(workdir / "tensorboard")
-        self.path = workdir / "metrics.jsonl"
-        self.rewrite = storage.is_uri(workdir)
-        self.lines = (self.path.read_text() if self.rewrite and self.path.exists() else "")
-        self.jsonl = None if self.rewrite else self.path.open("a")
+        self.writer = summary_writer(workdir / "tensorboard")
+        path = workdir / "metrics.jsonl"
+        self.jsonl = _EpathFile(path)
+        if self.jsonl.fh is None and path.exists():  # a resumed run on an object store
+            self.jsonl.data += path.read_bytes()
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if not self.active:
             return
         for k, v in metrics.items():
             self.writer.add_scalar(k, v, step)
-        line = json.dumps({"step": step, **metrics}) + "\n"
-        if self.rewrite:
-            self.lines += line
-            self.path.write_text(self.lines)
-        else:
-            self.jsonl.write(line)
-            self.jsonl.flush()
+        self.jsonl.write((json.dumps({"step": step, **metrics}) + "\n").encode())
+        self.jsonl.flush()
 
     def close(self) -> None:
         if self.active:
             self.writer.close()
-            if self.jsonl is not None:
-                self.jsonl.close()
+            self.jsonl.close()
