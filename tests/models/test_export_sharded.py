@@ -29,10 +29,30 @@ SCRIPT = MULTIHOST_PREAMBLE + textwrap.dedent("""
 """)
 
 
-def _source(tmp_path):
-    from jaxtom.models import init_decoder, save_pretrained
+def random_hf_checkpoint(path: Path, seed: int = 3) -> Path:
+    """A Hugging Face directory of random float32 weights for tests/rl/common.py's TINY,
+    written from numpy (building the model would compile its initialiser: ~10 s)."""
+    import json
+
+    from flax import nnx
+
+    from jaxtom.models.config import config_to_hf_dict
+    from jaxtom.models.decoder import Decoder
+    from jaxtom.models.hf_io import _expected_tensors, _write_safetensors
     from tests.rl.common import TINY
-    return save_pretrained(init_decoder(TINY, seed=3), tmp_path / "src")
+
+    _, state = nnx.split(nnx.eval_shape(lambda: Decoder(TINY, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(seed)
+    tensors = {name: rng.standard_normal(shape).astype(np.float32)
+               for name, (_, _, shape) in sorted(_expected_tensors(TINY, state).items())}
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config_to_hf_dict(TINY)))
+    _write_safetensors(path / "model.safetensors", tensors)
+    return path
+
+
+def _source(tmp_path):
+    return random_hf_checkpoint(tmp_path / "src")
 
 
 def _tensors(path: Path) -> dict[str, np.ndarray]:

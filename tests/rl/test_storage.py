@@ -105,11 +105,11 @@ def bucket(tmp_path, monkeypatch):
 
 
 def test_gs_workdir_outputs_go_through_epath(bucket, tmp_path):
-    from jaxtom.models import from_pretrained, init_decoder, save_pretrained
+    from jaxtom.models import from_pretrained, save_pretrained
     from jaxtom.rl.checkpoint import Checkpointer
     from jaxtom.rl.logging import MetricsLogger
     from jaxtom.tokenizer import Tokenizer
-    from tests.rl.common import TINY
+    from tests.models.test_export_sharded import random_hf_checkpoint
 
     local = tmp_path / "gcs" / "b" / "run"
     ckpt = Checkpointer("gs://b/run/checkpoints")
@@ -138,7 +138,7 @@ def test_gs_workdir_outputs_go_through_epath(bucket, tmp_path):
     assert Tokenizer.from_file("gs://b/run").encode("a") == [0]
 
     # a Hugging Face export and reload by byte ranges through epath (no memmap)
-    model = init_decoder(TINY, seed=4)
+    model = from_pretrained(random_hf_checkpoint(tmp_path / "src"))
     save_pretrained(model, "gs://b/model", max_shard_bytes=30_000)
     assert (tmp_path / "gcs" / "b" / "model" / "model.safetensors.index.json").exists()
     back = from_pretrained("gs://b/model")
@@ -152,6 +152,7 @@ def test_gs_workdir_outputs_go_through_epath(bucket, tmp_path):
     assert any(re.fullmatch(r"gs://b/model/model-\d+-of-\d+\.safetensors", p) for p in opened)
 
 
+@pytest.mark.slow  # builds and compiles a trainer: ~30 s on 2 cores
 def test_short_run_writes_only_through_epath(tmp_path, monkeypatch):
     """Every file Python opens for writing under the workdir was opened through epath
     (orbax's array data goes through tensorstore, which opens no Python file)."""
