@@ -74,6 +74,6 @@ def read_json(p):
 
 
 def save_tokenizer(p, backend) -> None:
-    """A Hugging Face `tokenizers.Tokenizer` as tokenizer.json at `p` (its own `save` only
-    writes local files)."""
-    write_text(p, backend.to_str())
+    """A Hugging Face `tokenizers.Tokenizer` as tokenizer.json at `p`, the same text its own
+    `save` writes (which reaches only local files)."""
+    write_text(p, backend.to_str(pretty=True))

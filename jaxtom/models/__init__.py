@@ -31,6 +31,10 @@ def from_pretrained(path: str | Path, *, dtype: str = "float32",
     """Loads an HF safetensors directory or a GGUF file, sharded over `mesh` if given; a
     Qwen3-VL directory gives a `Qwen3VL`. A directory may be remote (`gs://...`)."""
     path = storage.path(path)
+    if path.suffix == ".gguf" and storage.is_uri(path):
+        raise ValueError(f"{path}: a .gguf checkpoint must be a local file (it is "
+                         f"memory-mapped); copy it to local disk, or give a Hugging Face "
+                         f"directory, which may be remote")
     if path.suffix == ".gguf":
         return from_pretrained_gguf(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
     if not path.is_dir():
