@@ -4,7 +4,8 @@ Everything a run writes (checkpoints, metrics, TensorBoard events, phase models,
 tokenizer.json, config.json, results) goes through `etils.epath`, orbax's own path library,
 so a workdir may be an object-store URI. `pathlib.Path` would turn `gs://b/x` into `gs:/b/x`
 and `open()` only reaches local files. A multi-process run needs a workdir every host
-sees, which a relative path cannot promise.
+sees, which a relative path cannot promise. Buckets need `pip install jaxtom[gcs]` (gcsfs for
+epath, google-cloud-storage for orbax).
 """
 
 from __future__ import annotations
