@@ -18,13 +18,13 @@ seed: not on how many processes share it, nor on whether it was interrupted and 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import grain
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import distributed
 from jaxtom.rl.batch import (Batch, family_length, pack_sequences, pack_shared_prompts,
@@ -257,7 +257,7 @@ class Trainer:
         """Trains to `cfg.total_steps`, resuming from the newest checkpoint in the workdir
         (a finished run returns its final state at once)."""
         cfg = self.cfg
-        workdir = Path(cfg.workdir)
+        workdir = storage.run_dir(cfg.workdir)  # epath; refuses a relative one on many hosts
         ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
         if self.model0 is None:
             raise RuntimeError("Trainer.run was already called: it starts from the model the "
