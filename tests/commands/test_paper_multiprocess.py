@@ -85,7 +85,9 @@ def test_paper_config_on_two_processes_equals_one_and_resumes(path, standins, tm
     first = killed / phase / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
     deadline = time.time() + 900
     while not first.exists():
-        assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-3000:]
+        assert all(p.poll() is None for p in procs), "\n".join(
+            f"process {i} (exit {p.poll()}): {p.communicate()[1][-3000:]}"
+            for i, p in enumerate(procs))
         assert time.time() < deadline
         time.sleep(0.05)
     for p in procs:
