@@ -61,6 +61,17 @@ def _text_config(standin: Path):
     return config_from_hf_dict(cfg.get("text_config", cfg))
 
 
+def _stopped(procs) -> str:
+    """Every process's exit status and last error lines, once one has stopped early (the
+    others are killed first, so reading their output cannot hang)."""
+    codes = [p.poll() for p in procs]
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    return "\n".join(f"process {i} (exit {c}): {p.communicate()[1][-3000:]}"
+                     for i, (p, c) in enumerate(zip(procs, codes)))
+
+
 def _params():
     return [pytest.param(p, id=Path(p).stem, marks=() if Path(p).stem in DEFAULT
                          else pytest.mark.slow) for p in PAPER]
@@ -85,9 +96,7 @@ def test_paper_config_on_two_processes_equals_one_and_resumes(path, standins, tm
     first = killed / phase / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
     deadline = time.time() + 900
     while not first.exists():
-        assert all(p.poll() is None for p in procs), "\n".join(
-            f"process {i} (exit {p.poll()}): {p.communicate()[1][-3000:]}"
-            for i, p in enumerate(procs))
+        assert all(p.poll() is None for p in procs), _stopped(procs)
         assert time.time() < deadline
         time.sleep(0.05)
     for p in procs:
