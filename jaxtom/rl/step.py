@@ -354,6 +354,24 @@ class Learner:
                 parallel.batch_sharding(self.mesh, x.ndim, x.shape[0] * nproc), x),
             local)
 
+    def put_global_batch(self, batch: Batch) -> Batch:
+        """Global batch from the whole batch, which every process holds alike: padded at
+        its end as one process would pad it, each process placing its block of rows. The
+        rows, and so the PPO mini-batches, are then those of a single process."""
+        nproc = jax.process_count()
+        if nproc == 1:
+            return self.put_batch(batch)
+        rows = batch.tokens.shape[0]
+        prows = 0 if batch.prediction is None else batch.prediction.tokens.shape[0]
+        total = self.row_split(rows, multiple_of=nproc)[0]
+        ptotal = None if batch.prediction is None else self.row_split(
+            prows, multiple_of=nproc)[0]
+        whole = pad_rows_to(jax.tree.map(np.asarray, batch), total, ptotal)
+        me = jax.process_index()
+        local = jax.tree.map(lambda x: x[me * (x.shape[0] // nproc):
+                                         (me + 1) * (x.shape[0] // nproc)], whole)
+        return self.put_batch(local)
+
     def model(self, state: TrainState) -> Decoder:
         return nnx.merge(self.graphdef, state.params, state.frozen)
 

@@ -205,14 +205,34 @@ class TaskStream:
         self.it.set_state(state)
 
 
+def global_rollout(rollout: Rollout) -> Rollout:
+    """The step's sequences of every process, in process order, as one rollout (a small
+    host all-gather of token ids and masks; the rollout itself on one process). Packing
+    them on every process alike makes the update batch, and so its PPO mini-batches, the
+    one a single process would build, whatever the number of processes."""
+    fields = ("sequences", "policy_masks", "advantages", "group_ids", "decision_masks",
+              "prompt_lens")
+    if jax.process_count() == 1:
+        return rollout
+    parts = distributed.gather_objects(tuple(getattr(rollout, f) for f in fields))
+    merged = {}
+    for i, name in enumerate(fields):
+        values = [p[i] for p in parts]
+        merged[name] = (None if all(v is None for v in values) else
+                        [x for v in values for x in v])
+    return dataclasses.replace(rollout, **merged)
+
+
 def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
-    """The one packer: this process's rows of the update batch, fixed [rows, row_len]."""
+    """The one packer: the update batch's rows, fixed [rows, row_len]. A rollout's own
+    prebuilt batch holds this process's rows; sequences are packed whole (every process's,
+    see `global_rollout`) and `Learner.put_global_batch` keeps each process's block."""
     if rollout.batch is not None:
         return rollout.batch
+    rollout = global_rollout(rollout)
     if cfg.share_prompts:
         return pack_shared_rollout(rollout, cfg)
-    local = distributed.max_over_processes(len(rollout.sequences))
-    rows = -(-cfg.num_rows // jax.process_count()) if cfg.num_rows else max(local, 1)
+    rows = cfg.num_rows or max(len(rollout.sequences), 1)
     return pack_sequences(rollout.sequences, rollout.policy_masks, rollout.advantages,
                           rollout.group_ids, num_rows=rows, row_len=cfg.row_len,
                           pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)
@@ -231,10 +251,8 @@ def pack_shared_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
     seqs, lens = rollout.sequences, rollout.prompt_lens
     families = shared_prompt_families(seqs, rollout.group_ids, lens)
     longest = max((family_length(seqs, lens, f) for f in families), default=1)
-    row_len = distributed.max_over_processes(
-        -(-longest // SHARED_ROW_QUANTUM) * SHARED_ROW_QUANTUM)
-    rows = (-(-cfg.num_rows // jax.process_count()) if cfg.num_rows
-            else distributed.max_over_processes(max(len(families), 1)))
+    row_len = -(-longest // SHARED_ROW_QUANTUM) * SHARED_ROW_QUANTUM
+    rows = cfg.num_rows or max(len(families), 1)
     return pack_shared_prompts(seqs, rollout.policy_masks, rollout.advantages,
                                rollout.group_ids, lens, num_rows=rows, row_len=row_len,
                                pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)
@@ -306,8 +324,10 @@ class Trainer:
         key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
         rollout = self.rollout_fn(self.learner.model(state), tasks, key, step)
         batch = pack_rollout(rollout, self.cfg)
+        put = self.learner.put_batch if rollout.batch is not None else (
+            self.learner.put_global_batch)
         update = getattr(self.learner, "update", self.learner.step)
-        state, metrics = update(state, self.learner.put_batch(batch))
+        state, metrics = update(state, put(batch))
         out = {k: float(v) for k, v in jax.device_get(metrics).items()}
         out.update(distributed.weighted_mean(rollout.metrics, rollout.count))
         if "reward_sq" in out:
