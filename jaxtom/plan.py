@@ -6,8 +6,12 @@ ahead of time on simulated CPU devices arranged like the config's mesh. Paramete
 shape-only (`nnx.eval_shape` from the model's `config.json`): no weights are read and no array
 is allocated, so an 8B model's step plans on a laptop. XLA's buffer assignment then says what
 one device holds; the parameter, optimiser and gradient figures are computed from the same
-shardings, so the two can be checked against each other. `--processes P` plans a run over P
-hosts, whose rollouts sample each host's share on a replica of the weights.
+shardings, so the two can be checked against each other. The rollout is planned as it runs on
+any number of processes: one SPMD sampler call over the global mesh on the train state's own
+(sharded) params, so it adds only its KV cache and its programs' temporaries; `--processes P`
+(a run over P hosts) sets how many rows a call samples (`trainer.rollout_rows` per process).
+`resident_terms` lists what stays resident at each named point of a run (after loading, after
+`init_state`, during a rollout, after an update); tests/test_plan_memory.py measures them.
 
 What it is not: XLA on CPU fuses and schedules differently from XLA on GPU/TPU, and bf16 dots
 may get f32 temporaries on CPU, so the temporaries are an estimate that can differ either
@@ -239,14 +243,21 @@ def update_flops(config, mcfg, rows: int, seq: int, pred_rows: int = 0,
 
 
 # ---- compiling --------------------------------------------------------------------------
+def _new_model(mcfg):
+    """A decoder (or Qwen3-VL model) of `mcfg`, as a checkpoint loads it (no LoRA)."""
+    from jaxtom import models
+
+    return (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
+            else models.init_decoder(mcfg, seed=0))
+
+
 def _abstract_model(config, mcfg):
     from flax import nnx
 
     from jaxtom import models
 
     def build():
-        model = (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
-                 else models.init_decoder(mcfg, seed=0))
+        model = _new_model(mcfg)
         if config.model.lora_rank:
             models.add_lora(model, rank=config.model.lora_rank,
                             alpha=config.model.lora_alpha or None)
@@ -302,20 +313,32 @@ def _abstract_batch(config, mcfg, rows: int, multiple: int):
                     "prediction": prediction, **images})
 
 
-def plan_update(config, mcfg, mesh) -> dict[str, Any]:
-    """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
+def _abstract_state(config, mcfg, mesh):
+    """(learner, train state) as `Learner.init_state` makes it, shapes with their shardings."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
 
     from jaxtom.rl.step import Learner
 
     build, model = _abstract_model(config, mcfg)
     learner = Learner(model, config.step, mesh)
     state = jax.eval_shape(lambda: learner.init_state(build(), seed=0))
-    state = _with_shardings(state, learner.state_shardings(state))
+    return learner, _with_shardings(state, learner.state_shardings(state))
+
+
+def _abstract_update_batch(config, mcfg, learner):
     rows = padded_rows(rollout_rows(config), learner)
     batch = _abstract_batch(config, mcfg, rows, padded_rows(1, learner))
-    batch = _with_shardings(batch, learner.batch_shardings(batch))
+    return _with_shardings(batch, learner.batch_shardings(batch))
+
+
+def plan_update(config, mcfg, mesh) -> dict[str, Any]:
+    """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    learner, state = _abstract_state(config, mcfg, mesh)
+    batch = _abstract_update_batch(config, mcfg, learner)
+    rows = batch.tokens.shape[0]
     # the jit Learner.update builds: same shardings, state donated, one program per rollout
     state_sh = jax.tree.map(lambda x: x.sharding, state)
     fn = jax.jit(learner._update, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding,
@@ -347,14 +370,59 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
             "trainable_params": sum(math.prod(x.shape) for x in jax.tree.leaves(state.params))}
 
 
+def sampler_call_rows(config, processes: int = 1) -> int:
+    """Rows of one rollout sampler call over the global mesh, before padding.
+
+    Every process calls `sampling.generate` with the same global prompt list (SPMD), so a
+    call samples every process's share at once: `trainer.rollout_rows` caps each process's
+    share of a call (0: all of it), so a call has up to `rollout_rows x processes` rows.
+    """
+    t = config.trainer
+    per_process = -(-t.prompts_per_step * t.group_size // processes)
+    if t.rollout_rows:  # the trainer samples at most this many rows per process per call
+        per_process = min(per_process, t.rollout_rows)
+    return per_process * processes
+
+
+def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
+    """One sampler call's sizes as `sampling.generate` pads them: `rows` (real), `batch`
+    (bucketed to the batch axes), `prompt_len` (prompts as long as `row_len -
+    max_new_tokens`), `buffer_len` and `cache_len` (the KV cache's slots)."""
+    from jaxtom import sampling
+
+    t, bucket = config.trainer, sampling.bucket
+    n = sampler_call_rows(config, processes)
+    B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
+    T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
+    buffer_len = bucket(t.max_new_tokens, 16)
+    S = max(T, min(bucket(T + buffer_len, 64), bucket(mcfg.max_position_embeddings, 64)))
+    return {"rows": n, "batch": B, "prompt_len": T, "buffer_len": buffer_len, "cache_len": S}
+
+
+def _abstract_cache(mcfg, mesh, batch: int, cache_len: int):
+    """The sampler's KV cache (keys and values) as it is created: sharded by
+    `sampling.cache_sharding` over the global mesh."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxtom import sampling
+    from jaxtom.models.decoder import KVCache
+
+    one = jax.ShapeDtypeStruct((mcfg.num_layers, batch, mcfg.num_kv_heads, cache_len,
+                                mcfg.head_dim), jnp.dtype(mcfg.compute_dtype),
+                               sharding=sampling.cache_sharding(mesh))
+    return KVCache(one, one)
+
+
 def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
-    """Compiles the sampler's prefill + decode loop for one rollout (prompts x group size
+    """Compiles the sampler's prefill + decode loop for one sampler call (`sampler_call_rows`
     rows, prompts as long as `row_len - max_new_tokens`), sized as `sampling.generate` sizes
     it, through the sampler's own jit (`sampling._compiled`: same shardings, donated cache).
 
-    With several processes, each samples its share of the rows on its own devices from a
-    replica of the weights (`jaxtom.rl.distributed.local_replica`), so one process's program
-    is planned: rows / processes on a data-parallel mesh of its devices, weights replicated.
+    The sampler runs SPMD over the run's global mesh on any number of processes, with the
+    training params exactly as they are resident (same dtype, same sharding): its weights
+    are the train state's own buffers, and what it adds is the KV cache (sharded by
+    `sampling.cache_sharding`) and each program's XLA temporaries.
     """
     import dataclasses
 
@@ -368,28 +436,14 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     t = config.trainer
     _, model = _abstract_model(config, mcfg)
     graphdef, params = nnx.split(model)
-    n = t.prompts_per_step * t.group_size
-    if processes > 1:
-        n = -(-n // processes)
-    if t.rollout_rows:  # the trainer samples at most this many rows per call
-        n = min(n, t.rollout_rows)
-    if processes > 1:
-        local = mesh.devices.size // processes
-        mesh = parallel.make_mesh(local, 1, 1, devices=list(mesh.devices.flat)[:local])
-        params = _with_shardings(params, jax.tree.map(
-            lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), params))
-    else:
-        params = _with_shardings(params, parallel.state_shardings(params, mesh))
-    bucket = sampling.bucket
-    B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
-    T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
-    buffer_len = bucket(t.max_new_tokens, 16)
-    S = max(T, min(bucket(T + buffer_len, 64), bucket(mcfg.max_position_embeddings, 64)))
+    params = _with_shardings(params, parallel.state_shardings(params, mesh))
+    shapes = rollout_shapes(config, mcfg, mesh, processes)
+    B, T, S = shapes["batch"], shapes["prompt_len"], shapes["cache_len"]
+    buffer_len = shapes["buffer_len"]
     greedy = t.temperature <= 0
     sds = jax.ShapeDtypeStruct
-    cache = sds((mcfg.num_layers, B, mcfg.num_kv_heads, S, mcfg.head_dim),
-                jnp.dtype(mcfg.compute_dtype), sharding=sampling.cache_sharding(mesh))
-    cache = KVCache(cache, cache)
+    cache = _abstract_cache(mcfg, mesh, B, S)
+    bucket = sampling.bucket
     n_stop = bucket(max(1, len(t.stop_tokens) + len(mcfg.eos_token_ids)), 4)
     # the sampler's static settings and per-call inputs, by field name, so that a changed
     # sampler fails here naming the field instead of planning a different program
@@ -455,12 +509,55 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     xla_flops = [_xla_flops(c) for c in programs.values()]
     from jaxtom.flops import inference_flops
     return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
-            "processes": processes, "replicated_weights": processes > 1,
-            "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params)},
+            "processes": processes, "rows_per_process": shapes["rows"] // processes,
+            "rows_per_device": B // (mesh.shape["data"] * mesh.shape["fsdp"]),
+            "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params),
+                       # the sampler reads the train state's own params: no copy
+                       "sampler_weights_extra": 0},
             "xla": xla[worst], "programs": xla, "peak_program": worst,
-            "flops": inference_flops(mcfg.num_params(), n * processes * (T + t.max_new_tokens)),
+            "flops": inference_flops(mcfg.num_params(),
+                                     t.prompts_per_step * t.group_size * (T + t.max_new_tokens)),
             "xla_flops_per_device_loop_bodies_once": (
                 sum(xla_flops) if None not in xla_flops else None)}
+
+
+RESIDENT_POINTS = ("loaded", "init_state", "rollout", "update")
+
+
+def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dict[str, int]]:
+    """Bytes one device holds at each named point of a run, by term (no compiling: shapes and
+    shardings only). These are the buffers that stay alive (what `jax.live_arrays()` sees);
+    XLA's temporaries come on top while a program runs (see `plan_update` / `plan_rollout`).
+
+    - `loaded`: the checkpoint read straight into the mesh (each parameter sharded by its
+      logical axes, in the parameter dtype), before any train state exists.
+    - `init_state`: the train state `Learner.init_state` creates sharded: trainable params,
+      frozen params (LoRA's base weights), the frozen reference copy, the optimiser state,
+      and the step counter and RNG key (`counters`). The loaded model is dropped then (its
+      buffers are not counted).
+    - `rollout`: the train state while a sampler call's results are alive: the sampler runs
+      on the train state's own params (`sampler_weights` extra: 0) and adds its KV cache.
+    - `update`: the train state after an update, with the rollout batch it was given.
+    """
+    from flax import nnx
+
+    from jaxtom import parallel
+
+    mcfg = model_config(config.model) if mcfg is None else mcfg
+    loaded = nnx.state(nnx.eval_shape(lambda: _new_model(mcfg)))
+    loaded = _with_shardings(loaded, parallel.state_shardings(loaded, mesh))
+    learner, state = _abstract_state(config, mcfg, mesh)
+    train = {"params": device_bytes(state.params), "frozen_params": device_bytes(state.frozen),
+             "reference_params": device_bytes(state.ref_params),
+             "optimizer_state": device_bytes(state.opt_state),
+             "counters": device_bytes((state.step, state.rng))}
+    shapes = rollout_shapes(config, text_config(mcfg), mesh, processes)
+    cache = _abstract_cache(text_config(mcfg), mesh, shapes["batch"], shapes["cache_len"])
+    batch = _abstract_update_batch(config, mcfg, learner)
+    return {"loaded": {"params": device_bytes(loaded)},
+            "init_state": dict(train),
+            "rollout": {**train, "sampler_weights": 0, "kv_cache": device_bytes(cache)},
+            "update": {**train, "batch": device_bytes(batch)}}
 
 
 def check_processes(config, devices: int, processes: int) -> None:
@@ -509,12 +606,13 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         # a VL rollout decodes on the text decoder; its image prefill runs the vision tower
         # once per distinct picture (not planned: small beside the decode's KV cache)
         r = plan_rollout(config, text, mesh, processes)
-        # while sampling, the whole train state stays resident; on one process the sampler's
-        # weights are the state's own buffers, on several they are an extra replica
-        shared = 0 if r["replicated_weights"] else r["memory"]["model_state"]
-        r["peak_with_train_state"] = update["memory"]["train_state"] - shared + r["xla"]["peak"]
+        # while sampling, the whole train state stays resident and the sampler's weights are
+        # its own buffers (arguments of the sampler's programs, so counted once)
+        r["peak_with_train_state"] = (update["memory"]["train_state"]
+                                      - r["memory"]["model_state"] + r["xla"]["peak"])
         out["rollout"] = r
         peak = max(peak, r["peak_with_train_state"])
+    out["resident"] = resident_terms(config, mesh, processes, mcfg=mcfg)
     s = config.step
     mini, epochs = getattr(s, "ppo_mini_batches", 1), getattr(s, "ppo_epochs", 1)
     out["per_device_peak_bytes"] = peak
@@ -569,16 +667,23 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"  {'XLA peak (args + outputs + temps)':<38}{_size(u['xla']['peak'])}")
     if "rollout" in result:
         r = result["rollout"]
-        where = (f"per process ({r['processes']}), weights replicated" if r["replicated_weights"]
-                 else "one process")
-        lines += [f"rollout ({where}): {r['rows']} rows, prompt {r['prompt_len']} + cache "
+        procs = (f", {r['rows_per_process']} per process x {r['processes']} processes"
+                 if r["processes"] > 1 else "")
+        lines += [f"rollout (one sampler call over the global mesh): {r['rows']} rows{procs} "
+                  f"({r['rows_per_device']} per device), prompt {r['prompt_len']} + cache "
                   f"{r['cache_len']} slots, compiled in {r['compile_seconds']:.0f} s; per device:",
                   f"  {'KV cache':<38}{_size(r['memory']['kv_cache'])}",
-                  f"  {'sampler weights':<38}{_size(r['memory']['model_state'])}",
-                  f"  {'XLA temporaries (' + r['peak_program'] + ')':<38}"
-                  f"{_size(r['xla']['temporaries'])}",
-                  f"  {'peak with the train state resident':<38}"
-                  f"{_size(r['peak_with_train_state'])}"]
+                  f"  {'sampler weights (extra copies)':<38}"
+                  f"{_size(r['memory']['sampler_weights_extra'])}  (it reads the train "
+                  "state's params in place)"]
+        lines += [f"  {'XLA temporaries (' + name + ')':<38}{_size(x['temporaries'])}"
+                  for name, x in r["programs"].items()]
+        lines.append(f"  {'peak with the train state resident':<38}"
+                     f"{_size(r['peak_with_train_state'])}")
+    if "resident" in result:
+        lines.append("resident per device (live buffers, temporaries aside): " + "; ".join(
+            f"{point} {_size(sum(terms.values())).strip()}"
+            for point, terms in result["resident"].items()))
     f = result["flops_per_rollout_step"]
     lines.append(f"FLOPs per rollout step: update {f['update_total']:.3e} "
                  f"({f['optimizer_updates']} optimizer update(s), "
@@ -690,8 +795,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
                    help="fraction of each chip's memory a plan may fill (default 0.9)")
     p.add_argument("--processes", type=int, default=1,
-                   help="processes (hosts) the run spans; each samples its share of the "
-                        "rollout on a replica of the weights (default 1)")
+                   help="processes (hosts) the run spans; a sampler call samples up to "
+                        "trainer.rollout_rows rows per process (default 1)")
     p.add_argument("--no-rollout", action="store_true",
                    help="plan the update step only (skip compiling the sampler)")
 

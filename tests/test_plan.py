@@ -108,15 +108,27 @@ def test_tiny_plan_figures_are_consistent(tiny_dir):
     assert r["flops"] == 2 * cfg.num_params() * 9 * (48 + 16)
     assert r["memory"]["model_state"] == two["update"]["memory"]["params"]  # the state's own
 
-    # 2 processes x 2 devices: each samples 12 rows / 2 = 6 on its 2 devices, on an unsharded
-    # replica of the weights that comes on top of the train state
+    # 2 processes x 2 devices: one SPMD call over the global 4-device mesh samples both
+    # processes' 6 rows, on the train state's own sharded params (no replica)
     r4 = four["rollout"]
-    assert r4["processes"] == 2 and r4["replicated_weights"] and r4["rows"] == 6
-    assert r4["memory"]["model_state"] == cfg.num_params() * 4
+    assert (r4["processes"], r4["rows"], r4["rows_per_process"], r4["rows_per_device"]) == (
+        2, 12, 6, 3)
+    assert r4["memory"]["model_state"] == four["update"]["memory"]["params"]
+    assert r4["memory"]["sampler_weights_extra"] == 0
     assert r4["memory"]["kv_cache"] == 2 * cfg.num_layers * 3 * cfg.num_kv_heads * 64 \
         * cfg.head_dim * 4
     assert r4["peak_with_train_state"] == (four["update"]["memory"]["train_state"]
-                                           + r4["xla"]["peak"])
+                                           - r4["memory"]["model_state"] + r4["xla"]["peak"])
+
+    # what stays resident at each point of the run, from the same shardings
+    for result, fsdp in ((two, 2), (four, 4)):
+        res, mem = result["resident"], result["update"]["memory"]
+        assert list(res) == ["loaded", "init_state", "rollout", "update"]
+        assert res["loaded"] == {"params": sharded_param_bytes(cfg, fsdp)}
+        assert sum(res["init_state"].values()) == mem["train_state"]
+        assert res["rollout"]["kv_cache"] == result["rollout"]["memory"]["kv_cache"]
+        assert res["rollout"]["sampler_weights"] == 0
+        assert res["update"]["batch"] == mem["batch"]
 
 
 @pytest.mark.parametrize("config, extra", [
