@@ -709,12 +709,12 @@ def largest_term(result: dict[str, Any]) -> str:
                              "it shrinks with more fsdp (or tensor) devices, or LoRA")}
     if r is not None:
         terms["rollout temporaries"] = (r["xla"]["temporaries"],
-                                        "they grow with sampled rows per device and prompt "
-                                        "length; add data/fsdp devices or sample fewer prompts "
-                                        "per step")
-        terms["KV cache"] = (r["memory"]["kv_cache"], "it grows with sampled rows per device "
-                             "and row_len; add data/fsdp devices or sample fewer prompts per "
-                             "step")
+                                        "they grow with a sampler call's rows per device and "
+                                        "prompt length; lower trainer.rollout_rows or add "
+                                        "data/fsdp devices")
+        terms["KV cache"] = (r["memory"]["kv_cache"], "it grows with a sampler call's rows per "
+                             "device and row_len; lower trainer.rollout_rows or add data/fsdp "
+                             "devices")
     name = max(terms, key=lambda k: terms[k][0])
     size, hint = terms[name]
     return f"{name} ({_size(size).strip()}): {hint}"
