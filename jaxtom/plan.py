@@ -453,7 +453,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
               "starts": sds((B,), jnp.int32), "active": sds((B,), jnp.bool_),
               "source": sds((B,), jnp.int32),
               "row_ids": sds((B,), jnp.uint32),
-              "key": jax.eval_shape(lambda: jax.random.key(0)), "max_new": sds((), jnp.int32),
+              "key": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))), "max_new": sds((), jnp.int32),
               "temperature": sds((), jnp.float32), "top_k": sds((), jnp.int32),
               "top_p": sds((), jnp.float32), "stop_ids": sds((n_stop,), jnp.int32),
               "stop_tables": sds((0, 1, mcfg.vocab_size), jnp.int16),
@@ -533,8 +533,9 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
       logical axes, in the parameter dtype), before any train state exists.
     - `init_state`: the train state `Learner.init_state` creates sharded: trainable params,
       frozen params (LoRA's base weights), the frozen reference copy, the optimiser state,
-      and the step counter and RNG key (`counters`). The loaded model is dropped then (its
-      buffers are not counted).
+      and the step counter and RNG key (`counters`). The generic trainer drops the loaded
+      model then; the MindZero and CToM entry points keep it for the run (`start_model`:
+      its trained params, which `init_state` copied).
     - `rollout`: the train state while a sampler call's results are alive: the sampler runs
       on the train state's own params (`sampler_weights` extra: 0) and adds its KV cache.
     - `update`: the train state after an update, with the rollout batch it was given.
@@ -554,6 +555,13 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
     shapes = rollout_shapes(config, text_config(mcfg), mesh, processes)
     cache = _abstract_cache(text_config(mcfg), mesh, shapes["batch"], shapes["cache_len"])
     batch = _abstract_update_batch(config, mcfg, learner)
+    if config.kind != "completion":
+        # MindZero (and its VL / household variants) and CToM keep the model they started
+        # from alive through the run (`mindzero.trainer.train` holds it, and `BestModel`
+        # returns it when the warm-up's model scores best; `ctom.train.train` holds it):
+        # its trained params are its own arrays (init_state copies them), its frozen ones
+        # are shared with the state
+        train["start_model"] = train["params"]
     return {"loaded": {"params": device_bytes(loaded)},
             "init_state": dict(train),
             "rollout": {**train, "sampler_weights": 0, "kv_cache": device_bytes(cache)},
