@@ -605,7 +605,12 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n,
                  "processes": processes},
         "update": update}
-    peak = update["xla"]["peak"]
+    out["resident"] = resident_terms(config, mesh, processes, mcfg=mcfg)
+    # buffers the run keeps beside the train state through every program (see resident_terms)
+    kept = out["resident"]["init_state"].get("start_model", 0)
+    update["kept_start_model"] = kept
+    update["peak_with_kept"] = update["xla"]["peak"] + kept
+    peak = update["peak_with_kept"]
     if hasattr(mcfg, "vision"):
         out["model"].update(architecture=mcfg.architecture,
                             vision_params=mcfg.vision.num_params(),
@@ -616,11 +621,10 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         r = plan_rollout(config, text, mesh, processes)
         # while sampling, the whole train state stays resident and the sampler's weights are
         # its own buffers (arguments of the sampler's programs, so counted once)
-        r["peak_with_train_state"] = (update["memory"]["train_state"]
+        r["peak_with_train_state"] = (update["memory"]["train_state"] + kept
                                       - r["memory"]["model_state"] + r["xla"]["peak"])
         out["rollout"] = r
         peak = max(peak, r["peak_with_train_state"])
-    out["resident"] = resident_terms(config, mesh, processes, mcfg=mcfg)
     s = config.step
     mini, epochs = getattr(s, "ppo_mini_batches", 1), getattr(s, "ppo_epochs", 1)
     out["per_device_peak_bytes"] = peak
@@ -673,6 +677,9 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"  {label:<38}{_size(u['memory'][key])}")
     lines.append(f"  {'XLA temporaries (activations, grads)':<38}{_size(u['xla']['temporaries'])}")
     lines.append(f"  {'XLA peak (args + outputs + temps)':<38}{_size(u['xla']['peak'])}")
+    if u.get("kept_start_model"):
+        lines.append(f"  {'starting model the run keeps':<38}{_size(u['kept_start_model'])}"
+                     "  (its trained params; on top of both peaks)")
     if "rollout" in result:
         r = result["rollout"]
         procs = (f", {r['rows_per_process']} per process x {r['processes']} processes"
