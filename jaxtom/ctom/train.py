@@ -117,7 +117,8 @@ def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.p
     from jaxtom.config import resolve_model_path
     from jaxtom.models import from_pretrained
     from jaxtom.tokenizer import Tokenizer
-    path = Path(resolve_model_path(str(path)))
+    from jaxtom import storage
+    path = storage.path(resolve_model_path(str(path)))  # local or gs://
     if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
         raise ValueError(f"{what}={path} must be a .gguf file or an HF dir with "
                          "tokenizer.json: CToM needs a real tokenizer and chat template")

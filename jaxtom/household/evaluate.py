@@ -21,13 +21,12 @@ called with the same models and held-out episodes (`EXTRA_TABLES`).
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.household import data as hd
@@ -153,7 +152,7 @@ def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
     """The goal-inference table of the household run at `checkpoint` (results next to it)."""
     from jaxtom.household.train import load_model
     t0 = time.perf_counter()
-    checkpoint = Path(checkpoint)
+    checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
     d, e_cfg = cfg.mindzero.data, cfg.mindzero.eval
     if test is None:
@@ -205,8 +204,8 @@ def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
         results.update(_extra_table(module, fn, cfg, models, test))
     results["eval_s"] = time.perf_counter() - t0
     if jax.process_index() == 0:
-        (run_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
-        (run_dir / "results.md").write_text(markdown(results) + "\n")
+        storage.write_json(run_dir / "results.json", results, indent=1, default=float)
+        storage.write_text(run_dir / "results.md", markdown(results) + "\n")
     print(markdown(results))
     return results
 

@@ -31,13 +31,13 @@ same command resumes. The final and warm-up parameters are saved on their own
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom.household import data as hd
 from jaxtom.household import reward as hr
 from jaxtom.household.particles import parse_particles, to_arrays
@@ -72,17 +72,15 @@ def build_model(config, run_dir: Path, episode_sets=(), mesh=None):
     """(model, codec): the config's checkpoint, or the tiny decoder over a BPE trained on the
     run's prompts and teacher completions (RUN_DIR/tokenizer.json, written once), with every
     household word one token."""
-    path = Path(run_dir) / "tokenizer.json"
+    path = storage.path(run_dir) / "tokenizer.json"
     if not config.model.path and not path.exists():
         rng = np.random.default_rng(config.trainer.seed)
         tok = train_bpe(corpus(config, episode_sets, rng), config.model.vocab_size)
         words = list(hd.COMPACT_WORDS)
         tok.backend.add_tokens(list(JSON_PIECES) + words + [f" {w}" for w in words])
         if jax.process_index() == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tok.backend.save(str(path) + ".tmp")
-            Path(str(path) + ".tmp").replace(path)
-    return mz.build_model(config, Path(run_dir),
+            storage.save_tokenizer(path, tok.backend)
+    return mz.build_model(config, run_dir,
                           tokenizer_path=path if not config.model.path else None, mesh=mesh)
 
 
@@ -90,7 +88,7 @@ def load_model(config, checkpoint):
     """(model, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
     import orbax.checkpoint as ocp
     from flax import nnx
-    checkpoint = Path(checkpoint).absolute()
+    checkpoint = storage.absolute(checkpoint)
     model, codec = build_model(config, checkpoint.parent)
     graphdef, abstract = nnx.split(model)
     restored = ocp.StandardCheckpointer().restore(checkpoint, abstract)
@@ -325,11 +323,10 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
 def train(config, progress: bool = True) -> dict:
     """Episodes, tokenizer, model, warm-up, SSRL; returns paths, timings and the held-out
     episodes. Rerunning it on a run directory resumes (a finished phase is not repeated)."""
-    run_dir = Path(config.trainer.workdir)
+    run_dir = storage.run_dir(config.trainer.workdir)
     t0 = time.perf_counter()
     if jax.process_index() == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
     train_eps, test_eps = hd.make_episodes(config, "train"), hd.make_episodes(config, "test")
     mesh = mz.make_mesh(config)
     model, codec = build_model(config, run_dir, (train_eps, test_eps), mesh=mesh)

@@ -9,13 +9,13 @@ A.2: 2 x active parameters x prompt and answer tokens)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld.qa import QUESTION_TYPES
@@ -81,6 +81,7 @@ def baseline_choices(questions, table, seed: int) -> dict[str, np.ndarray]:
 def starting_model(cfg, run_dir: Path):
     """The untrained model: the warm-up checkpoint when the run had one, else the initial
     weights the run started from."""
+    run_dir = storage.path(run_dir)
     if (run_dir / "warmup").exists():
         return mz.load_model(cfg, run_dir / "warmup")
     from jaxtom.mindzero.qa_train import build_model
@@ -93,7 +94,7 @@ def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None) -> dict:
     next to the checkpoint and prints the table."""
     from jaxtom.mindzero.qa_train import likelihood_table, qa_data
     t0 = time.perf_counter()
-    checkpoint = Path(checkpoint)
+    checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
     if test is None:
         _, test = qa_data(cfg)
@@ -117,9 +118,9 @@ def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None) -> dict:
     results = {"episodes": len(test.view), "questions": len(qs), "accuracy": table,
                "eval_s": time.perf_counter() - t0}
     if jax.process_index() == 0:
-        (run_dir / "qa_results.json").write_text(json.dumps(
-            {**results, "answers": answers}, indent=1, default=float))
-        (run_dir / "qa_results.md").write_text(markdown(results) + "\n")
+        storage.write_json(run_dir / "qa_results.json", {**results, "answers": answers},
+                           indent=1, default=float)
+        storage.write_text(run_dir / "qa_results.md", markdown(results) + "\n")
     print(markdown(results))
     return results
 

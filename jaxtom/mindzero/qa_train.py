@@ -12,7 +12,6 @@ tiny CPU model gets a BPE trained on the run's own prompts (`tokenizer.json`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtom import storage
 from jaxtom.gridworld import qa_episodes
 from jaxtom.gridworld.episodes import layout_keys
 from jaxtom.mindzero import trainer as mz
@@ -68,17 +68,15 @@ def likelihood_table(qa: QASet, config) -> np.ndarray:
 def build_model(config, run_dir: Path, sets=(), mesh=None):
     """(model, codec): the config's checkpoint, or the tiny decoder over a BPE trained on the
     sets' prompts and both answers (written to RUN_DIR/tokenizer.json once)."""
-    path = Path(run_dir) / "tokenizer.json"
+    path = storage.path(run_dir) / "tokenizer.json"
     if not config.model.path and not path.exists():
         texts = [render_question(config.mindzero.data.observation, s.view, q)
                  for s in sets for q in s.questions] + ["a", "b"] * 50
         tok = train_bpe(texts, config.model.vocab_size)
         tok.backend.add_tokens(list(COMPACT_QA_WORDS))
         if jax.process_index() == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tok.backend.save(str(path) + ".tmp")
-            Path(str(path) + ".tmp").replace(path)
-    return mz.build_model(config, Path(run_dir), tokenizer_path=path if not config.model.path
+            storage.save_tokenizer(path, tok.backend)
+    return mz.build_model(config, run_dir, tokenizer_path=path if not config.model.path
                           else None, mesh=mesh)
 
 
@@ -111,11 +109,10 @@ def answer_monitor(config, codec, qa: QASet, num_questions: int = 128):
 def train(config, progress: bool = True) -> dict:
     """Data, tokenizer, model, warm-up, SSRL; returns paths, timings and the held-out set.
     Rerunning it on a run directory resumes (a finished phase is not repeated)."""
-    run_dir = Path(config.trainer.workdir)
+    run_dir = storage.run_dir(config.trainer.workdir)
     t0 = time.perf_counter()
     if jax.process_index() == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
     train_set, test_set = qa_data(config)
     mesh = mz.make_mesh(config)
     model, codec = build_model(config, run_dir, (train_set, test_set), mesh=mesh)

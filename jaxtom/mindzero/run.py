@@ -20,6 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld import qa_episodes, simulate
@@ -63,7 +64,7 @@ def _from_dict(cls, data: dict):
 def load_run_config(run_dir: str | Path) -> Config:
     """The config a run was trained with, from RUN_DIR/config.json (fields missing there take
     their defaults; unknown ones are an error)."""
-    path = Path(run_dir) / "config.json"
+    path = storage.path(run_dir) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"no config.json in {run_dir}: not a MindZero run directory")
     data = json.loads(path.read_text())
@@ -121,7 +122,7 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None, tra
             "evaluating a run on image observations (Qwen3-VL) is not built yet; its held-out "
             "monitor during training (trainer.eval_every) scores goal inference on images")
     t0 = time.perf_counter()
-    checkpoint = Path(checkpoint)
+    checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
     params = env_params(cfg)
     if test is None:
@@ -260,7 +261,8 @@ def qa_markdown(qa: dict) -> list[str]:
 
 
 def write_results(results: dict, run_dir: Path, n: int) -> None:
-    (run_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    storage.write_json(storage.path(run_dir) / "results.json", results, indent=1,
+                       default=float)
     text = markdown(results, n)
-    (run_dir / "results.md").write_text(text + "\n")
+    storage.write_text(storage.path(run_dir) / "results.md", text + "\n")
     print(text)

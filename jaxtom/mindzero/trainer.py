@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jaxtom import storage
 from jaxtom.gridworld import EnvParams, generate_episodes
 from jaxtom.gridworld.episodes import layout_keys, split_params
 from jaxtom.mindzero import data as data_lib
@@ -106,14 +106,12 @@ def build_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=None)
     from jaxtom.config import resolve_model_path
     m, seed = config.model, config.trainer.seed + config.model.seed
     if not m.path:
-        path = Path(tokenizer_path or run_dir / "tokenizer.json")
+        path = storage.path(tokenizer_path or storage.path(run_dir) / "tokenizer.json")
         if tokenizer_path is None and not path.exists():
             tok = train_bpe(corpus(config, views, np.random.default_rng(config.trainer.seed)),
                             m.vocab_size)
-            if jax.process_index() == 0:  # written whole, then renamed: readers never see half
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tok.backend.save(str(path) + ".tmp")
-                Path(str(path) + ".tmp").replace(path)
+            if jax.process_index() == 0:  # written whole: readers never see half
+                storage.save_tokenizer(path, tok.backend)
         else:
             tok = load_bpe(path)
         mcfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=m.hidden_size,
@@ -123,7 +121,7 @@ def build_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=None)
                            max_position_embeddings=1024, eos_token_ids=tok.eos_token_ids,
                            param_dtype=m.param_dtype, compute_dtype=m.compute_dtype)
         return init_decoder(mcfg, seed, mesh=mesh), Codec(tok)
-    path = Path(resolve_model_path(m.path))
+    path = storage.path(resolve_model_path(m.path))
     model = from_pretrained(path, dtype=m.param_dtype, compute_dtype=m.compute_dtype, mesh=mesh)
     tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
     if m.lora_rank:
@@ -143,7 +141,7 @@ def warmup_step_config(config) -> StepConfig:
 def warmup_trainer_config(config):
     w = config.mindzero.warmup
     return dataclasses.replace(
-        config.trainer, workdir=str(Path(config.trainer.workdir) / "warmup_train"),
+        config.trainer, workdir=str(storage.path(config.trainer.workdir) / "warmup_train"),
         total_steps=w.steps, prompts_per_step=w.batch_size, eval_every=0,
         share_prompts=False,  # one target per prompt: nothing to share
         checkpoint_every=max(1, min(config.trainer.checkpoint_every, w.steps)),
@@ -383,13 +381,14 @@ class EarlyWarmupCheck:
                                 label=f"warm-up step {step}")
         except WarmupCollapsed as failed:
             if jax.process_index() == 0:
-                (self.workdir / self.MARKER).write_text(json.dumps(
-                    {"step": step, "scores": scores, "reason": str(failed)}, indent=1))
+                storage.write_json(storage.path(self.workdir) / self.MARKER,
+                                   {"step": step, "scores": scores, "reason": str(failed)},
+                                   indent=1)
             raise
 
     @classmethod
-    def raise_if_abandoned(cls, workdir: Path) -> None:
-        marker = workdir / cls.MARKER
+    def raise_if_abandoned(cls, workdir) -> None:
+        marker = storage.path(workdir) / cls.MARKER
         if marker.exists():
             record = json.loads(marker.read_text())
             raise WarmupCollapsed(f"warm-up attempt in {workdir} was abandoned at step "
@@ -405,8 +404,8 @@ class BestModel:
     the model (`best_<step>`) live in the run directory, so a resumed run chooses from the
     same history."""
 
-    def __init__(self, monitor, run_dir: Path, start_model, start_scores: dict):
-        self.monitor, self.run_dir, self.start_model = monitor, Path(run_dir), start_model
+    def __init__(self, monitor, run_dir, start_model, start_scores: dict):
+        self.monitor, self.run_dir, self.start_model = monitor, storage.path(run_dir), start_model
         self.path = self.run_dir / "best.json"
         if self.path.exists():
             self.record = json.loads(self.path.read_text())
@@ -416,9 +415,7 @@ class BestModel:
     def _write(self, record: dict) -> None:
         self.record = record
         if jax.process_index() == 0:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record))
-            tmp.replace(self.path)
+            storage.write_json(self.path, record)
 
     def __call__(self, step: int, model) -> dict:
         scores = self.monitor(step, model)
@@ -427,7 +424,9 @@ class BestModel:
             save_model(model, self.run_dir / f"best_{step}")
             self._write({"step": step, "log_score": float(scores["log_score"])})
             if old and jax.process_index() == 0:
-                shutil.rmtree(self.run_dir / f"best_{old}", ignore_errors=True)
+                old_dir = self.run_dir / f"best_{old}"
+                if old_dir.exists():
+                    old_dir.rmtree()
         return {**scores, "kept_step": self.record["step"]}
 
     def chosen(self, last_model):
@@ -464,9 +463,9 @@ def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, moni
         hooks = []
         if early:
             cfg = dataclasses.replace(cfg, eval_every=w.check_at)
-            hooks = [EarlyWarmupCheck(monitor, w, Path(cfg.workdir))]
+            hooks = [EarlyWarmupCheck(monitor, w, storage.path(cfg.workdir))]
         try:
-            EarlyWarmupCheck.raise_if_abandoned(Path(cfg.workdir))
+            EarlyWarmupCheck.raise_if_abandoned(cfg.workdir)
             warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
                            warmup_step_config(config), cfg, mesh=mesh, eval_hooks=hooks,
                            desc="warm-up")
@@ -489,11 +488,10 @@ def train(config, progress: bool = True) -> dict:
     if config.mindzero.data.observation == "image":
         from jaxtom.mindzero.vl_train import train_vl
         return train_vl(config, progress)
-    run_dir = Path(config.trainer.workdir)
+    run_dir = storage.run_dir(config.trainer.workdir)
     t0 = time.perf_counter()
     if jax.process_index() == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
     params = env_params(config)
     train_eps, test_eps = make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
@@ -551,14 +549,15 @@ def run_ssrl(model, tasks, rollout, config, run_dir: Path, monitor, timings: dic
     save_model(final, run_dir / "checkpoint")
     timings["total_s"] = time.perf_counter() - run_started
     if jax.process_index() == 0:
-        (run_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+        storage.write_json(storage.path(run_dir) / "timings.json", timings, indent=1)
     return state
 
 
-def save_model(model, path: Path) -> Path:
-    """Orbax checkpoint of the model's parameters (restore with `load_model`)."""
+def save_model(model, path):
+    """Orbax checkpoint of the model's parameters (restore with `load_model`); local or
+    `gs://...`."""
     import orbax.checkpoint as ocp
-    path = Path(path).absolute()
+    path = storage.absolute(path)
     ckpt = ocp.StandardCheckpointer()
     ckpt.save(path, nnx.state(model), force=True)
     ckpt.wait_until_finished()
@@ -567,7 +566,7 @@ def save_model(model, path: Path) -> Path:
 
 def load_model(config, checkpoint: str | Path, tokenizer_path=None):
     """(model, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
-    checkpoint = Path(checkpoint).absolute()
+    checkpoint = storage.absolute(checkpoint)
     tok = tokenizer_path or checkpoint.parent / "tokenizer.json"
     model, codec = build_model(config, checkpoint.parent, tokenizer_path=tok)
     return restore_params(model, checkpoint), codec
@@ -577,5 +576,5 @@ def restore_params(model, checkpoint: Path):
     """`model` with the parameters saved by `save_model` at `checkpoint`."""
     import orbax.checkpoint as ocp
     graphdef, abstract = nnx.split(model)
-    restored = ocp.StandardCheckpointer().restore(Path(checkpoint).absolute(), abstract)
+    restored = ocp.StandardCheckpointer().restore(storage.absolute(checkpoint), abstract)
     return nnx.merge(graphdef, restored)

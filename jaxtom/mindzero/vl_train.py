@@ -19,7 +19,6 @@ Qwen3-VL checkpoint (`jaxtom.models.from_pretrained`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Sequence
@@ -27,6 +26,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
 from jaxtom.mindzero.image_observation import observation_image
@@ -61,15 +61,13 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
             raise ValueError(f"mindzero.data.observation='image' needs a Qwen3-VL checkpoint; "
                              f"model.path={m.path!r} is a text-only model")
         return model, codec
-    path = Path(tokenizer_path or run_dir / "tokenizer.json")
+    path = storage.path(tokenizer_path or storage.path(run_dir) / "tokenizer.json")
     if tokenizer_path is None and not path.exists():
         rng = np.random.default_rng(config.trainer.seed)
         tok = train_bpe(text_trainer.corpus(config, views, rng), m.vocab_size)
         tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
         if jax.process_index() == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tok.backend.save(str(path) + ".tmp")
-            Path(str(path) + ".tmp").replace(path)
+            storage.save_tokenizer(path, tok.backend)
     else:
         tok = load_bpe(path)
     ids = {name: tok.token_to_id(name) for name in (VISION_START, IMAGE_PAD, VISION_END)}
@@ -228,11 +226,10 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
 
 def train_vl(config, progress: bool = True) -> dict:
     """`trainer.train` for image observations: warm-up, then SSRL, on a Qwen3-VL policy."""
-    run_dir = Path(config.trainer.workdir)
+    run_dir = storage.run_dir(config.trainer.workdir)
     t0 = time.perf_counter()
     if jax.process_index() == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
+        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
     params = text_trainer.env_params(config)
     train_eps, test_eps = text_trainer.make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jax.sharding import Mesh
 
+from jaxtom import storage
 from jaxtom.models.config import ModelConfig, config_from_hf_dict, load_hf_config
 from jaxtom.models.decoder import Decoder, KVCache, init_decoder
 from jaxtom.models.gguf_io import from_pretrained_gguf, smollm2_gguf_path
@@ -28,8 +29,12 @@ def from_pretrained(path: str | Path, *, dtype: str = "float32",
                     compute_dtype: str | None = None, mesh: Mesh | None = None
                     ) -> Decoder | Qwen3VL:
     """Loads an HF safetensors directory or a GGUF file, sharded over `mesh` if given; a
-    Qwen3-VL directory gives a `Qwen3VL`."""
-    path = Path(path)
+    Qwen3-VL directory gives a `Qwen3VL`. A directory may be remote (`gs://...`)."""
+    path = storage.path(path)
+    if path.suffix == ".gguf" and storage.is_uri(path):
+        raise ValueError(f"{path}: a .gguf checkpoint must be a local file (it is "
+                         f"memory-mapped); copy it to local disk, or give a Hugging Face "
+                         f"directory, which may be remote")
     if path.suffix == ".gguf":
         return from_pretrained_gguf(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
     if not path.is_dir():
@@ -42,7 +47,7 @@ def from_pretrained(path: str | Path, *, dtype: str = "float32",
 
 def is_vl_dir(path: str | Path) -> bool:
     """Whether `path` is a Hugging Face directory of a Qwen3-VL checkpoint."""
-    file = Path(path) / "config.json"
+    file = storage.path(path) / "config.json"
     return file.is_file() and is_vl_dict(json.loads(file.read_text()))
 
 

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jaxtom import storage
+
 # HF architecture name -> our family name.
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -157,8 +159,9 @@ def config_from_hf_dict(cfg: dict[str, Any], *, dtype: str = "float32",
 
 
 def load_hf_config(path: str | Path, **kwargs) -> ModelConfig:
-    """Reads `<path>/config.json` (or the file itself) into a ModelConfig."""
-    path = Path(path)
+    """Reads `<path>/config.json` (or the file itself; local or `gs://...`) into a
+    ModelConfig."""
+    path = storage.path(path)
     file = path / "config.json" if path.is_dir() else path
     if not file.exists():
         raise FileNotFoundError(f"no config.json found at {file}")

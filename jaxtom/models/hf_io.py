@@ -2,23 +2,27 @@
 
 Tensors are memory-mapped and each device reads only its own slice
 (`jax.make_array_from_callback`), so an 8B checkpoint never has a second full host copy.
+A directory may be local or remote (`gs://...`, through etils.epath). Exporting streams one
+tensor at a time to process 0, which alone writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import struct
-from pathlib import Path
 from typing import Callable, Iterable
 
 import jax
 import ml_dtypes
 import numpy as np
+from etils import epath
 from flax import nnx
-from jax.sharding import Mesh, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from jaxtom import parallel
+from jaxtom import parallel, storage
 from jaxtom.models.config import ModelConfig, config_to_hf_dict, load_hf_config
 from jaxtom.models.decoder import Decoder
 
@@ -51,22 +55,18 @@ def is_transposed(param: str) -> bool:
 
 
 class SafetensorsSource:
-    """Memory-mapped tensors of one or many `.safetensors` files."""
+    """Tensors of one or many `.safetensors` files: memory-mapped when local, read by byte
+    range through epath when remote (`gs://...`). Every header and every tensor's byte range
+    is checked against its file's size when opened, so a truncated or garbled file fails
+    with one error naming the file and the tensor instead of deep inside a reshape."""
 
-    def __init__(self, files: Iterable[Path]):
-        self._index: dict[str, tuple[Path, str, tuple[int, ...], int]] = {}
-        self._maps: dict[Path, np.memmap] = {}
-        for file in files:
-            with open(file, "rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                header = json.loads(fh.read(n))
-            header.pop("__metadata__", None)
-            for name, info in header.items():
-                if info["dtype"] not in _ST_DTYPES:
-                    raise ValueError(f"tensor {name!r} in {file} has unsupported dtype "
-                                     f"{info['dtype']}; supported: {sorted(_ST_DTYPES)}")
-                self._index[name] = (file, info["dtype"], tuple(info["shape"]),
-                                     8 + n + info["data_offsets"][0])
+    def __init__(self, files: Iterable):
+        self._index: dict[str, tuple[epath.Path, str, tuple[int, ...], int]] = {}
+        self._maps: dict[epath.Path, np.memmap] = {}
+        self._last: tuple[str, np.ndarray] | None = None  # remote: one tensor at a time
+        for file in map(storage.path, files):
+            for name, entry in _read_header(file).items():
+                self._index[name] = (file, *entry)
 
     @property
     def names(self) -> set[str]:
@@ -76,14 +76,67 @@ class SafetensorsSource:
         return self._index[name][2]
 
     def read(self, name: str) -> np.ndarray:
-        """A lazy (memory-mapped) view; slicing it reads only the slice."""
+        """A lazy (memory-mapped) view of a local file, slicing it reads only the slice; a
+        remote tensor is fetched whole once and kept until another one is read."""
         file, dtype, shape, offset = self._index[name]
+        nbytes = math.prod(shape) * np.dtype(_ST_DTYPES[dtype]).itemsize
+        if storage.is_uri(file):
+            if self._last is None or self._last[0] != name:
+                with file.open("rb") as fh:
+                    fh.seek(offset)
+                    raw = np.frombuffer(fh.read(nbytes), np.uint8)
+                self._last = (name, raw.view(_ST_DTYPES[dtype]).reshape(shape))
+            return self._last[1]
         if file not in self._maps:
             self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
-        count = math.prod(shape)
-        itemsize = np.dtype(_ST_DTYPES[dtype]).itemsize
-        raw = self._maps[file][offset:offset + count * itemsize]
+        raw = self._maps[file][offset:offset + nbytes]
         return raw.view(_ST_DTYPES[dtype]).reshape(shape)
+
+
+def _read_header(file: epath.Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
+    """name -> (dtype, shape, absolute byte offset) of one file, after checking the header
+    parses and each tensor's bytes lie inside the file."""
+    damaged = "(truncated or damaged checkpoint?)"
+    with file.open("rb") as fh:
+        size = fh.seek(0, 2)
+        fh.seek(0)
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{file}: {size} bytes is too short for a safetensors header "
+                             f"{damaged}")
+        (n,) = struct.unpack("<Q", head)
+        if 8 + n > size:
+            raise ValueError(f"{file}: the header claims {n} bytes but the file has {size} "
+                             f"bytes {damaged}")
+        blob = fh.read(n)
+    try:
+        header = json.loads(blob)
+    except ValueError as err:  # json.JSONDecodeError and UnicodeDecodeError included
+        raise ValueError(f"{file}: garbled safetensors header ({err}) {damaged}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: garbled safetensors header (a JSON "
+                         f"{type(header).__name__}, not an object) {damaged}")
+    header.pop("__metadata__", None)
+    out = {}
+    for name, info in header.items():
+        try:
+            dtype, shape, (a, b) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{file}: tensor {name!r} has a garbled header entry {info!r}; "
+                             f"expected dtype, shape and data_offsets {damaged}") from None
+        if dtype not in _ST_DTYPES:
+            raise ValueError(f"tensor {name!r} in {file} has unsupported dtype {dtype}; "
+                             f"supported: {sorted(_ST_DTYPES)}")
+        need = math.prod(shape) * np.dtype(_ST_DTYPES[dtype]).itemsize
+        if b - a != need or a < 0:
+            raise ValueError(f"{file}: tensor {name!r} of shape {shape} and dtype {dtype} needs "
+                             f"{need} bytes but its data_offsets [{a}, {b}) hold {b - a} "
+                             f"{damaged}")
+        if 8 + n + b > size:
+            raise ValueError(f"{file}: tensor {name!r} needs bytes [{8 + n + a}, {8 + n + b}) "
+                             f"but the file has {size} bytes {damaged}")
+        out[name] = (dtype, shape, 8 + n + a)
+    return out
 
 
 class ArraySource:
@@ -103,7 +156,8 @@ class ArraySource:
         return self._arrays[name]
 
 
-def open_hf_dir(path: Path) -> SafetensorsSource:
+def open_hf_dir(path) -> SafetensorsSource:
+    path = storage.path(path)
     index = path / "model.safetensors.index.json"
     if index.exists():
         files = sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()})
@@ -201,9 +255,9 @@ def read_into_place(graphdef, state, mesh: Mesh | None, reader):
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
-def from_pretrained_hf(path: str | Path, *, dtype: str = "float32",
+def from_pretrained_hf(path, *, dtype: str = "float32",
                        compute_dtype: str | None = None, mesh: Mesh | None = None) -> Decoder:
-    path = Path(path)
+    path = storage.path(path)
     cfg = load_hf_config(path, dtype=dtype, compute_dtype=compute_dtype)
     if mesh is not None:
         check_mesh_fits(cfg, mesh)
@@ -219,65 +273,139 @@ def check_mesh_fits(cfg: ModelConfig, mesh: Mesh) -> None:
                              f"tensor size that divides both head counts")
 
 
-def _host_array(x) -> np.ndarray:
+def _replicated(sharding: NamedSharding) -> NamedSharding:
+    return NamedSharding(sharding.mesh, PartitionSpec())
+
+
+@functools.cache
+def _gatherers(rep: NamedSharding):
+    """(whole, one layer) -> the tensor replicated over `rep`'s mesh, compiled once."""
+    whole = jax.jit(lambda a: a, out_shardings=rep)
+    layer = jax.jit(lambda a, i: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False),
+                    out_shardings=rep)
+    return whole, layer
+
+
+def host_block(x: jax.Array, layer: int | None = None) -> np.ndarray | None:
+    """`x` (or its stacked `layer`) as a numpy array on process 0 and None elsewhere. An
+    array spread over processes is gathered one tensor at a time (a bounded transient on
+    the devices) and copied to host memory on process 0 only; every process must make the
+    same calls in the same order (they are collectives)."""
     if not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-        x = multihost_utils.process_allgather(x, tiled=True)
-    return np.asarray(jax.device_get(x))
+        if not isinstance(x.sharding, NamedSharding):
+            raise TypeError(f"cannot export an array spread over processes with "
+                            f"{type(x.sharding).__name__}; expected a NamedSharding")
+        whole, one = _gatherers(_replicated(x.sharding))
+        x = whole(x) if layer is None else one(x, layer)
+        return np.asarray(x.addressable_data(0)) if jax.process_index() == 0 else None
+    if jax.process_index() != 0:
+        return None
+    return np.asarray(jax.device_get(x if layer is None else x[layer]))
 
 
-def save_pretrained(model: Decoder, path: str | Path, *, max_shard_bytes: int = 4 << 30) -> Path:
-    """Writes config.json + safetensors (sharded with an index when large); LoRA is merged."""
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One tensor to export: its HF name, shape and dtype (known without the data) and
+    `fetch()`, which returns the data on process 0 and None elsewhere (a collective)."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fetch: Callable[[], np.ndarray | None]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+def decoder_entries(model: Decoder, rename: Callable[[str], str] = lambda n: n) -> list[Entry]:
+    """The HF tensors of a (LoRA-merged) decoder, one layer each, not yet fetched."""
+    out = []
+    for p, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        param = ".".join(str(x) for x in p)
+        x = var.get_value()
+        transposed = is_transposed(param)
+        stacked = param.startswith("layers.")
+        per = tuple(x.shape[1:] if stacked else x.shape)
+        for layer in range(x.shape[0]) if stacked else [None]:
+            def fetch(x=x, layer=layer, transposed=transposed):
+                block = host_block(x, layer)
+                return None if block is None else block.T if transposed else block
+            out.append(Entry(rename(hf_tensor_name(param, layer)),
+                             per[::-1] if transposed else per, np.dtype(x.dtype), fetch))
+    return out
+
+
+def save_pretrained(model: Decoder, path, *, max_shard_bytes: int = 4 << 30):
+    """Writes config.json + safetensors (sharded with an index when large); LoRA is merged.
+    Process 0 writes; every process takes part in gathering one tensor at a time, so no
+    host ever holds more than one tensor of the model (see `write_entries`)."""
     from jaxtom.models.lora import merge_lora
 
     model = merge_lora(model)
-    cfg = model.config
-    path = Path(path)
-    tensors: dict[str, np.ndarray] = {}
-    for p, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        param = ".".join(str(x) for x in p)
-        arr = _host_array(var.get_value())
-        for layer, block in ([(i, arr[i]) for i in range(arr.shape[0])]
-                             if param.startswith("layers.") else [(None, arr)]):
-            tensors[hf_tensor_name(param, layer)] = np.ascontiguousarray(
-                block.T if is_transposed(param) else block)
-    if jax.process_index() != 0:
-        return path
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config_to_hf_dict(cfg), indent=2))
-    shards, current, size = [], {}, 0
-    for name in sorted(tensors):
-        if current and size + tensors[name].nbytes > max_shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[name] = tensors[name]
-        size += tensors[name].nbytes
-    shards.append(current)
-    if len(shards) == 1:
-        _write_safetensors(path / "model.safetensors", shards[0])
-        return path
-    weight_map = {}
-    for i, shard in enumerate(shards):
-        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        _write_safetensors(path / fname, shard)
-        weight_map.update({n: fname for n in shard})
-    total = sum(t.nbytes for t in tensors.values())
-    (path / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    path = storage.path(path)
+    write_entries(path, decoder_entries(model), config_to_hf_dict(model.config),
+                  max_shard_bytes)
     return path
 
 
-def _write_safetensors(file: Path, tensors: dict[str, np.ndarray]) -> None:
-    """Safetensors writer that also handles bfloat16 numpy arrays."""
+def write_entries(path: epath.Path, entries: list[Entry], config: dict,
+                  max_shard_bytes: int = 4 << 30) -> None:
+    """config.json plus the entries as safetensors files of at most `max_shard_bytes` each
+    (a single tensor may exceed it), with model.safetensors.index.json when more than one.
+    Tensors are sorted by name and streamed into their file one by one, on every process in
+    the same order; only process 0 writes."""
+    entries = sorted(entries, key=lambda e: e.name)
+    shards, size = [[]], 0
+    for e in entries:
+        if shards[-1] and size + e.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(e)
+        size += e.nbytes
+    writer = jax.process_index() == 0
+    if writer:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps(config, indent=2))
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    for fname, shard in zip(names, shards):
+        _stream_safetensors(path / fname if writer else None, shard)
+    if writer and len(shards) > 1:
+        weight_map = {e.name: fname for fname, shard in zip(names, shards) for e in shard}
+        (path / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": sum(e.nbytes for e in entries)},
+             "weight_map": weight_map}, indent=2))
+
+
+def _stream_safetensors(file: epath.Path | None, entries: list[Entry]) -> None:
+    """The header from the entries' shapes, then each tensor fetched, written and dropped;
+    `file` None (processes other than 0) still fetches, as fetching is collective."""
     header, offset = {}, 0
-    for name, arr in tensors.items():
-        header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
+    for e in entries:
+        header[e.name] = {"dtype": _ST_NAMES[np.dtype(e.dtype)], "shape": list(e.shape),
+                          "data_offsets": [offset, offset + e.nbytes]}
+        offset += e.nbytes
     header["__metadata__"] = {"format": "pt"}
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
-    with open(file, "wb") as fh:
-        fh.write(struct.pack("<Q", len(blob)) + blob)
-        for arr in tensors.values():
-            fh.write(arr.tobytes())
+    fh = None if file is None else file.open("wb")
+    try:
+        if fh is not None:
+            fh.write(struct.pack("<Q", len(blob)) + blob)
+        for e in entries:
+            arr = e.fetch()
+            if fh is None:
+                continue
+            if tuple(arr.shape) != tuple(e.shape) or arr.dtype != e.dtype:
+                raise ValueError(f"tensor {e.name!r} fetched as {arr.shape} {arr.dtype}, "
+                                 f"expected {e.shape} {e.dtype}")
+            fh.write(np.ascontiguousarray(arr).tobytes())
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _write_safetensors(file, tensors: dict[str, np.ndarray]) -> None:
+    """Host arrays (bfloat16 included) as one safetensors file."""
+    _stream_safetensors(storage.path(file), [
+        Entry(n, tuple(a.shape), a.dtype, lambda a=a: a) for n, a in tensors.items()])

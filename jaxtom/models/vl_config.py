@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from jaxtom import storage
 from jaxtom.models.config import ModelConfig, config_from_hf_dict, config_to_hf_dict
 
 VL_ARCHITECTURE = "Qwen3VLForConditionalGeneration"
@@ -170,7 +171,7 @@ def vl_config_from_hf_dict(cfg: dict[str, Any], *, dtype: str = "float32",
 
 
 def load_vl_config(path: str | Path, **kwargs) -> VLConfig:
-    path = Path(path)
+    path = storage.path(path)
     file = path / "config.json" if path.is_dir() else path
     return vl_config_from_hf_dict(json.loads(file.read_text()), **kwargs)
 

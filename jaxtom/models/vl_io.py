@@ -8,15 +8,12 @@ flattened patches.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import jax
 import ml_dtypes
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from jaxtom import storage
 from jaxtom.models import hf_io
 from jaxtom.models.qwen3_vl import Qwen3VL
 from jaxtom.models.vl_config import VLConfig, load_vl_config, vl_config_to_hf_dict
@@ -164,41 +161,35 @@ def load_vl_state(cfg: VLConfig, source, mesh: Mesh | None = None) -> Qwen3VL:
     return hf_io.read_into_place(graphdef, state, mesh, reader)
 
 
-def from_pretrained_vl(path: str | Path, *, dtype: str = "float32",
+def from_pretrained_vl(path, *, dtype: str = "float32",
                        compute_dtype: str | None = None, mesh: Mesh | None = None) -> Qwen3VL:
-    path = Path(path)
+    path = storage.path(path)
     cfg = load_vl_config(path, dtype=dtype, compute_dtype=compute_dtype)
     if mesh is not None:
         hf_io.check_mesh_fits(cfg.text, mesh)
     return load_vl_state(cfg, hf_io.open_hf_dir(path), mesh)
 
 
-def save_pretrained_vl(model: Qwen3VL, path: str | Path) -> Path:
+def save_pretrained_vl(model: Qwen3VL, path):
     """Writes config.json + model.safetensors that transformers loads as
-    Qwen3VLForConditionalGeneration (one file; LoRA on the text decoder is merged)."""
+    Qwen3VLForConditionalGeneration (one file; LoRA on the text decoder is merged). Process
+    0 writes, one tensor gathered at a time (as `hf_io.save_pretrained`)."""
     from jaxtom.models.lora import merge_lora
 
     cfg = model.config
-    path = Path(path)
-    tensors: dict[str, np.ndarray] = {}
-    lm = merge_lora(model.language_model)
-    for p, var in nnx.to_flat_state(nnx.state(lm, nnx.Param)):
-        param = ".".join(map(str, p))
-        arr = hf_io._host_array(var.get_value())
-        for layer, block in ([(i, arr[i]) for i in range(arr.shape[0])]
-                             if param.startswith("layers.") else [(None, arr)]):
-            name = TextView.outer(hf_io.hf_tensor_name(param, layer))
-            tensors[name] = np.ascontiguousarray(block.T if hf_io.is_transposed(param) else block)
+    path = storage.path(path)
+    entries = hf_io.decoder_entries(merge_lora(model.language_model), TextView.outer)
     v = cfg.vision
     for param, var in _vision_params(nnx.state(model, nnx.Param)):
-        arr = hf_io._host_array(var.get_value())
+        x = var.get_value()
         names = vision_tensor_names(param, v.depth, len(v.deepstack_visual_indexes))
         stacked = param.split(".")[0] in ("blocks", "deepstack")
+        per = tuple(x.shape[1:] if stacked else x.shape)
+        hf_shape = to_hf(param, np.empty(per, np.int8), cfg).shape
         for i, name in enumerate(names):
-            tensors[name] = np.ascontiguousarray(to_hf(param, arr[i] if stacked else arr, cfg))
-    if jax.process_index() != 0:
-        return path
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(vl_config_to_hf_dict(cfg), indent=2))
-    hf_io._write_safetensors(path / "model.safetensors", tensors)
+            def fetch(x=x, layer=i if stacked else None, param=param):
+                block = hf_io.host_block(x, layer)
+                return None if block is None else to_hf(param, block, cfg)
+            entries.append(hf_io.Entry(name, tuple(hf_shape), np.dtype(x.dtype), fetch))
+    hf_io.write_entries(path, entries, vl_config_to_hf_dict(cfg), max_shard_bytes=1 << 62)
     return path

@@ -5,16 +5,22 @@ saved: the frozen base weights and the reference copy, which are rebuilt from th
 run starts from (they never change), so a LoRA checkpoint stays adapter-sized. The state is
 stored as its flat list of leaves and restored into the structure (and shardings) of a
 freshly initialised TrainState, so no pytree type has to be known to orbax.
+
+Saves are asynchronous: `save` returns once the arrays are copied off the devices and the
+write continues in the background (orbax waits for it before the next save and at
+`close`). Orbax writes a step under a temporary name and renames (or, on object stores,
+marks) it only when complete, so a job killed mid-write resumes from the newest finished
+step. The directory may be local, a shared mount or `gs://...` (see `jaxtom.storage`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
+from jaxtom import storage
 from jaxtom.rl.step import TrainState
 
 
@@ -29,10 +35,11 @@ def _as_dict(leaves) -> dict[str, Any]:
 class Checkpointer:
     """Periodic saves under `<directory>`, keeping the newest `keep`."""
 
-    def __init__(self, directory: str | Path, keep: int = 2):
+    def __init__(self, directory, keep: int = 2):
         self.manager = ocp.CheckpointManager(
-            Path(directory).absolute(),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+            storage.absolute(directory),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                 enable_async_checkpointing=True))
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -42,11 +49,11 @@ class Checkpointer:
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(_as_dict(leaves)),
             data=ocp.args.JsonSave(data_state or {})))
-        self.manager.wait_until_finished()
 
     def restore(self, template: TrainState, step: int | None = None
                 ) -> tuple[TrainState, dict]:
         """Restores into `template`'s structure and shardings; returns (state, data_state)."""
+        self.manager.wait_until_finished()
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint under {self.manager.directory}")
@@ -62,4 +69,6 @@ class Checkpointer:
         return state, dict(out["data"] or {})
 
     def close(self) -> None:
+        """Waits for the save in flight, then releases orbax's threads."""
+        self.manager.wait_until_finished()
         self.manager.close()

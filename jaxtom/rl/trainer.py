@@ -18,13 +18,13 @@ seed: not on how many processes share it, nor on whether it was interrupted and 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import grain
 import jax
 import numpy as np
 
+from jaxtom import storage
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import distributed
 from jaxtom.rl.batch import (Batch, family_length, pack_sequences, pack_shared_prompts,
@@ -161,18 +161,29 @@ class CompletionRollout:
             "completion_len": float(np.mean([len(c) for c in completions]))})
 
 
+def process_share(batch_size: int, processes: int, index: int) -> tuple[int, int]:
+    """(first row, rows) of process `index`'s share of a `batch_size`-record step: the first
+    `batch_size % processes` processes take one record more, so any batch size works."""
+    base, extra = divmod(batch_size, processes)
+    return index * base + min(index, extra), base + (index < extra)
+
+
 class TaskStream:
     """Endless shuffled batches of task records, the same on every process (grain); each
-    process keeps its slice. Records get `row`: their index within the step's batch."""
+    process keeps its contiguous slice (`process_share`: shares differ by at most one
+    record). Records get `row`: their index within the step's global batch, so samples do
+    not depend on the number of processes."""
 
     def __init__(self, tasks: Sequence[dict], batch_size: int, seed: int):
         n = jax.process_count()
-        if batch_size % n:
-            raise ValueError(f"trainer.prompts_per_step={batch_size} must be a multiple of the "
-                             f"number of processes ({n}): each process takes an equal share")
+        if batch_size < n:
+            raise ValueError(f"trainer.prompts_per_step={batch_size} is fewer than the {n} "
+                             "processes: every process needs at least one task record per "
+                             "step; raise prompts_per_step to at least the process count")
         if not tasks:
             raise ValueError("no task records to train on")
-        self.batch_size, self.share = batch_size, batch_size // n
+        self.batch_size = batch_size
+        self.lo, self.share = process_share(batch_size, n, jax.process_index())
         ds = grain.MapDataset.source(list(range(len(tasks))))
         # drop_remainder: an endless stream has no remainder, and without it grain overflows
         # the length of a batch-1 view of an endless dataset
@@ -183,7 +194,7 @@ class TaskStream:
 
     def next_local(self) -> list[dict]:
         idx = next(self.it)
-        lo = jax.process_index() * self.share
+        lo = self.lo
         return [{**self.tasks[int(i)], "row": lo + j}
                 for j, i in enumerate(idx[lo:lo + self.share])]
 
@@ -246,7 +257,7 @@ class Trainer:
         """Trains to `cfg.total_steps`, resuming from the newest checkpoint in the workdir
         (a finished run returns its final state at once)."""
         cfg = self.cfg
-        workdir = Path(cfg.workdir)
+        workdir = storage.run_dir(cfg.workdir)  # epath; refuses a relative one on many hosts
         ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
         if self.model0 is None:
             raise RuntimeError("Trainer.run was already called: it starts from the model the "

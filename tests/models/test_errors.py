@@ -76,3 +76,57 @@ def test_bad_heads_and_missing_paths(tmp_path):
          "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2}))
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         models.from_pretrained(tmp_path / "empty")
+
+
+def _header_len(file) -> int:
+    return int.from_bytes(file.read_bytes()[:8], "little")
+
+
+def test_truncated_safetensors_names_file_and_tensor(tiny_checkpoints, tmp_path):
+    """A file cut in half used to fail inside numpy ('cannot reshape array of size 0')."""
+    path = _copy(tiny_checkpoints["qwen3-gqa"][0], tmp_path / "m")
+    file = path / "model.safetensors"
+    data = file.read_bytes()
+    file.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ValueError) as err:
+        models.from_pretrained(path)
+    msg = str(err.value)
+    assert str(file) in msg and "truncated or damaged checkpoint" in msg, msg
+    assert f"but the file has {len(data) // 2} bytes" in msg, msg
+    assert "tensor 'model." in msg and "needs bytes [" in msg, msg
+    assert "\n" not in msg
+
+
+def test_garbled_safetensors_header(tiny_checkpoints, tmp_path):
+    path = _copy(tiny_checkpoints["qwen3-gqa"][0], tmp_path / "m")
+    file = path / "model.safetensors"
+    data = bytearray(file.read_bytes())
+    data[8:24] = b"#" * 16  # the JSON header's first bytes
+    file.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"model.safetensors: garbled safetensors header"):
+        models.from_pretrained(path)
+    # a header length beyond the file
+    file.write_bytes((10**9).to_bytes(8, "little") + bytes(data[8:]))
+    with pytest.raises(ValueError, match=r"header claims 1000000000 bytes but the file has"):
+        models.from_pretrained(path)
+    file.write_bytes(b"\x01\x02")
+    with pytest.raises(ValueError, match=r"2 bytes is too short for a safetensors header"):
+        models.from_pretrained(path)
+
+
+def test_offsets_that_disagree_with_shape(tiny_checkpoints, tmp_path):
+    path = _copy(tiny_checkpoints["qwen3-gqa"][0], tmp_path / "m")
+    file = path / "model.safetensors"
+    data = file.read_bytes()
+    n = _header_len(file)
+    header = json.loads(data[8:8 + n])
+    name = "model.layers.0.self_attn.q_proj.weight"
+    a, b = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [a, b - 4]
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (n - len(blob))
+    assert len(blob) == n
+    file.write_bytes(data[:8] + blob + data[8 + n:])
+    with pytest.raises(ValueError, match=rf"tensor '{name}' of shape .* needs \d+ bytes but its "
+                                         r"data_offsets"):
+        models.from_pretrained(path)
