@@ -367,17 +367,19 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
 
 
 def sampler_call_rows(config, processes: int = 1) -> int:
-    """Rows of one rollout sampler call over the global mesh, before padding.
+    """Rows of the largest rollout sampler call over the global mesh (the first), before
+    padding.
 
-    Every process calls `sampling.generate` with the same global prompt list (SPMD), so a
-    call samples every process's share at once: `trainer.rollout_rows` caps each process's
-    share of a call (0: all of it), so a call has up to `rollout_rows x processes` rows.
+    Every process calls `sampling.generate` with the same global rows (SPMD;
+    `rl.distributed.generate_rows`): each call holds each process's next
+    `trainer.rollout_rows` rows (all of them when 0). A process's share of a step is its
+    slice of the prompts (`rl.trainer.process_share`: shares differ by at most one prompt)
+    times `group_size` samples.
     """
     t = config.trainer
-    per_process = -(-t.prompts_per_step * t.group_size // processes)
-    if t.rollout_rows:  # the trainer samples at most this many rows per process per call
-        per_process = min(per_process, t.rollout_rows)
-    return per_process * processes
+    base, extra = divmod(t.prompts_per_step, processes)
+    shares = [(base + (p < extra)) * t.group_size for p in range(processes)]
+    return sum(min(n, t.rollout_rows) if t.rollout_rows else n for n in shares)
 
 
 def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
@@ -505,7 +507,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     xla_flops = [_xla_flops(c) for c in programs.values()]
     from jaxtom.flops import inference_flops
     return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
-            "processes": processes, "rows_per_process": shapes["rows"] // processes,
+            "processes": processes, "rows_per_process": -(-shapes["rows"] // processes),
             "rows_per_device": B // (mesh.shape["data"] * mesh.shape["fsdp"]),
             "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params),
                        # the sampler reads the train state's own params: no copy
@@ -565,14 +567,15 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
 
 
 def check_processes(config, devices: int, processes: int) -> None:
-    """A run over several processes needs equal devices and equal prompt shares per process."""
+    """A run over several processes needs equal devices per process and at least one task
+    record per process and step (`rl.trainer.TaskStream`)."""
     if processes < 1 or devices % processes:
         raise PlanError(f"--processes {processes} must be a positive divisor of the mesh's "
                         f"{devices} devices (one process per host, equal devices per host)")
-    if config.trainer.prompts_per_step % processes:
-        raise PlanError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} must be a "
-                        f"multiple of --processes {processes}: each process samples an equal "
-                        "share")
+    if config.trainer.prompts_per_step < processes:
+        raise PlanError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} is fewer "
+                        f"than --processes {processes}: every process needs at least one task "
+                        "record per step")
 
 
 def plan(config, *, devices: int | None = None, rollout: bool = True,

@@ -164,8 +164,8 @@ def test_update_flops_match_xla_on_one_device(tiny_dir, config, extra):
     (("mesh.fsdp=-1",), "plan error: mesh (data, fsdp, tensor)=(1, -1, 1) has a -1 axis"),
     (("mesh.fsdp=2", "--devices", "4"), "plan error: --devices 4 disagrees"),
     (("mesh.fsdp=4", "--processes", "3"), "plan error: --processes 3 must be a positive"),
-    (("mesh.fsdp=4", "trainer.prompts_per_step=3", "--processes", "2"),
-     "plan error: trainer.prompts_per_step=3 must be a multiple of --processes 2"),
+    (("mesh.fsdp=4", "trainer.prompts_per_step=3", "--processes", "4"),
+     "plan error: trainer.prompts_per_step=3 is fewer than --processes 4"),
     (("--headroom", "1.5"), "plan error: --headroom must be a fraction in (0, 1]"),
 ])
 def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
@@ -182,6 +182,22 @@ def test_missing_config_json_is_one_line_exit_2(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: model.path: expected a "
                                                    "Hugging Face directory holding config.json")
+
+
+@pytest.mark.parametrize("prompts, rollout_rows, processes", [
+    (4, 0, 1), (4, 6, 1), (3, 0, 2), (3, 6, 2), (3, 3, 2), (5, 4, 4), (32, 128, 8)])
+def test_sampler_call_rows_is_the_largest_call_generate_rows_makes(prompts, rollout_rows,
+                                                                  processes):
+    """Each process's share (`process_share`) x group size, the first call taking each
+    process's next `rollout_rows` rows (`rl.distributed.call_slices`)."""
+    from jaxtom.rl.distributed import call_slices
+    from jaxtom.rl.trainer import process_share
+
+    config = load_config(TOY, [f"trainer.prompts_per_step={prompts}", "trainer.group_size=4",
+                               f"trainer.rollout_rows={rollout_rows}"])
+    counts = [process_share(prompts, processes, p)[1] * 4 for p in range(processes)]
+    calls = [sum(s.stop - s.start for s in call) for call in call_slices(counts, rollout_rows)]
+    assert plan.sampler_call_rows(config, processes) == max(calls)
 
 
 def test_fits_leaves_headroom_on_each_chip():
