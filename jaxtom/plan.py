@@ -451,7 +451,8 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
               "starts": sds((B,), jnp.int32), "active": sds((B,), jnp.bool_),
               "source": sds((B,), jnp.int32),
               "row_ids": sds((B,), jnp.uint32),
-              "key": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))), "max_new": sds((), jnp.int32),
+              "key": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))),
+              "max_new": sds((), jnp.int32),
               "temperature": sds((), jnp.float32), "top_k": sds((), jnp.int32),
               "top_p": sds((), jnp.float32), "stop_ids": sds((n_stop,), jnp.int32),
               "stop_tables": sds((0, 1, mcfg.vocab_size), jnp.int16),
@@ -517,9 +518,6 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
                                      t.prompts_per_step * t.group_size * (T + t.max_new_tokens)),
             "xla_flops_per_device_loop_bodies_once": (
                 sum(xla_flops) if None not in xla_flops else None)}
-
-
-RESIDENT_POINTS = ("loaded", "init_state", "rollout", "update")
 
 
 def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dict[str, int]]:
