@@ -6,8 +6,12 @@ ahead of time on simulated CPU devices arranged like the config's mesh. Paramete
 shape-only (`nnx.eval_shape` from the model's `config.json`): no weights are read and no array
 is allocated, so an 8B model's step plans on a laptop. XLA's buffer assignment then says what
 one device holds; the parameter, optimiser and gradient figures are computed from the same
-shardings, so the two can be checked against each other. `--processes P` plans a run over P
-hosts, whose rollouts sample each host's share on a replica of the weights.
+shardings, so the two can be checked against each other. The rollout is planned as it runs on
+any number of processes: one SPMD sampler call over the global mesh on the train state's own
+(sharded) params, so it adds only its KV cache and its programs' temporaries; `--processes P`
+(a run over P hosts) sets how many rows a call samples (`trainer.rollout_rows` per process).
+`resident_terms` lists what stays resident at each named point of a run (after loading, after
+`init_state`, during a rollout, after an update); tests/test_plan_memory.py measures them.
 
 What it is not: XLA on CPU fuses and schedules differently from XLA on GPU/TPU, and bf16 dots
 may get f32 temporaries on CPU, so the temporaries are an estimate that can differ either
@@ -235,14 +239,21 @@ def update_flops(config, mcfg, rows: int, seq: int, pred_rows: int = 0,
 
 
 # ---- compiling --------------------------------------------------------------------------
+def _new_model(mcfg):
+    """A decoder (or Qwen3-VL model) of `mcfg`, as a checkpoint loads it (no LoRA)."""
+    from jaxtom import models
+
+    return (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
+            else models.init_decoder(mcfg, seed=0))
+
+
 def _abstract_model(config, mcfg):
     from flax import nnx
 
     from jaxtom import models
 
     def build():
-        model = (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
-                 else models.init_decoder(mcfg, seed=0))
+        model = _new_model(mcfg)
         if config.model.lora_rank:
             models.add_lora(model, rank=config.model.lora_rank,
                             alpha=config.model.lora_alpha or None)
@@ -298,20 +309,32 @@ def _abstract_batch(config, mcfg, rows: int, pad):
                     "prediction": prediction, **images})
 
 
-def plan_update(config, mcfg, mesh) -> dict[str, Any]:
-    """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
+def _abstract_state(config, mcfg, mesh):
+    """(learner, train state) as `Learner.init_state` makes it, shapes with their shardings."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
 
     from jaxtom.rl.step import Learner
 
     build, model = _abstract_model(config, mcfg)
     learner = Learner(model, config.step, mesh)
     state = jax.eval_shape(lambda: learner.init_state(build(), seed=0))
-    state = _with_shardings(state, learner.state_shardings(state))
+    return learner, _with_shardings(state, learner.state_shardings(state))
+
+
+def _abstract_update_batch(config, mcfg, learner):
     rows = padded_rows(rollout_rows(config), learner)
     batch = _abstract_batch(config, mcfg, rows, learner.padded_rows)
-    batch = _with_shardings(batch, learner.batch_shardings(batch))
+    return _with_shardings(batch, learner.batch_shardings(batch))
+
+
+def plan_update(config, mcfg, mesh) -> dict[str, Any]:
+    """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    learner, state = _abstract_state(config, mcfg, mesh)
+    batch = _abstract_update_batch(config, mcfg, learner)
+    rows = batch.tokens.shape[0]
     # the jit Learner.update builds: same shardings, state donated, one program per rollout
     state_sh = jax.tree.map(lambda x: x.sharding, state)
     fn = jax.jit(learner._update, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding,
@@ -343,14 +366,61 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
             "trainable_params": sum(math.prod(x.shape) for x in jax.tree.leaves(state.params))}
 
 
+def sampler_call_rows(config, processes: int = 1) -> int:
+    """Rows of the largest rollout sampler call over the global mesh (the first), before
+    padding.
+
+    Every process calls `sampling.generate` with the same global rows (SPMD;
+    `rl.distributed.generate_rows`): each call holds each process's next
+    `trainer.rollout_rows` rows (all of them when 0). A process's share of a step is its
+    slice of the prompts (`rl.trainer.process_share`: shares differ by at most one prompt)
+    times `group_size` samples.
+    """
+    t = config.trainer
+    base, extra = divmod(t.prompts_per_step, processes)
+    shares = [(base + (p < extra)) * t.group_size for p in range(processes)]
+    return sum(min(n, t.rollout_rows) if t.rollout_rows else n for n in shares)
+
+
+def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
+    """One sampler call's sizes as `sampling.generate` pads them: `rows` (real), `batch`
+    (bucketed to the batch axes), `prompt_len` (prompts as long as `row_len -
+    max_new_tokens`), `buffer_len` and `cache_len` (the KV cache's slots)."""
+    from jaxtom import sampling
+
+    t, bucket = config.trainer, sampling.bucket
+    n = sampler_call_rows(config, processes)
+    B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
+    T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
+    buffer_len = bucket(t.max_new_tokens, 16)
+    S = max(T, min(bucket(T + buffer_len, 64), bucket(mcfg.max_position_embeddings, 64)))
+    return {"rows": n, "batch": B, "prompt_len": T, "buffer_len": buffer_len, "cache_len": S}
+
+
+def _abstract_cache(mcfg, mesh, batch: int, cache_len: int):
+    """The sampler's KV cache (keys and values) as it is created: sharded by
+    `sampling.cache_sharding` over the global mesh."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxtom import sampling
+    from jaxtom.models.decoder import KVCache
+
+    one = jax.ShapeDtypeStruct((mcfg.num_layers, batch, mcfg.num_kv_heads, cache_len,
+                                mcfg.head_dim), jnp.dtype(mcfg.compute_dtype),
+                               sharding=sampling.cache_sharding(mesh))
+    return KVCache(one, one)
+
+
 def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
-    """Compiles the sampler's prefill + decode loop for one rollout (prompts x group size
+    """Compiles the sampler's prefill + decode loop for one sampler call (`sampler_call_rows`
     rows, prompts as long as `row_len - max_new_tokens`), sized as `sampling.generate` sizes
     it, through the sampler's own jit (`sampling._compiled`: same shardings, donated cache).
 
-    With several processes, each samples its share of the rows on its own devices from a
-    replica of the weights (`jaxtom.rl.distributed.local_replica`), so one process's program
-    is planned: rows / processes on a data-parallel mesh of its devices, weights replicated.
+    The sampler runs SPMD over the run's global mesh on any number of processes, with the
+    training params exactly as they are resident (same dtype, same sharding): its weights
+    are the train state's own buffers, and what it adds is the KV cache (sharded by
+    `sampling.cache_sharding`) and each program's XLA temporaries.
     """
     import dataclasses
 
@@ -364,28 +434,14 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     t = config.trainer
     _, model = _abstract_model(config, mcfg)
     graphdef, params = nnx.split(model)
-    n = t.prompts_per_step * t.group_size
-    if processes > 1:
-        n = -(-n // processes)
-    if t.rollout_rows:  # the trainer samples at most this many rows per call
-        n = min(n, t.rollout_rows)
-    if processes > 1:
-        local = mesh.devices.size // processes
-        mesh = parallel.make_mesh(local, 1, 1, devices=list(mesh.devices.flat)[:local])
-        params = _with_shardings(params, jax.tree.map(
-            lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), params))
-    else:
-        params = _with_shardings(params, parallel.state_shardings(params, mesh))
-    bucket = sampling.bucket
-    B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
-    T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
-    buffer_len = bucket(t.max_new_tokens, 16)
-    S = max(T, min(bucket(T + buffer_len, 64), bucket(mcfg.max_position_embeddings, 64)))
+    params = _with_shardings(params, parallel.state_shardings(params, mesh))
+    shapes = rollout_shapes(config, mcfg, mesh, processes)
+    B, T, S = shapes["batch"], shapes["prompt_len"], shapes["cache_len"]
+    buffer_len = shapes["buffer_len"]
     greedy = t.temperature <= 0
     sds = jax.ShapeDtypeStruct
-    cache = sds((mcfg.num_layers, B, mcfg.num_kv_heads, S, mcfg.head_dim),
-                jnp.dtype(mcfg.compute_dtype), sharding=sampling.cache_sharding(mesh))
-    cache = KVCache(cache, cache)
+    cache = _abstract_cache(mcfg, mesh, B, S)
+    bucket = sampling.bucket
     n_stop = bucket(max(1, len(t.stop_tokens) + len(mcfg.eos_token_ids)), 4)
     # the sampler's static settings and per-call inputs, by field name, so that a changed
     # sampler fails here naming the field instead of planning a different program
@@ -395,7 +451,8 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
               "starts": sds((B,), jnp.int32), "active": sds((B,), jnp.bool_),
               "source": sds((B,), jnp.int32),
               "row_ids": sds((B,), jnp.uint32),
-              "key": jax.eval_shape(lambda: jax.random.key(0)), "max_new": sds((), jnp.int32),
+              "key": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))),
+              "max_new": sds((), jnp.int32),
               "temperature": sds((), jnp.float32), "top_k": sds((), jnp.int32),
               "top_p": sds((), jnp.float32), "stop_ids": sds((n_stop,), jnp.int32),
               "stop_tables": sds((0, 1, mcfg.vocab_size), jnp.int16),
@@ -451,23 +508,72 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     xla_flops = [_xla_flops(c) for c in programs.values()]
     from jaxtom.flops import inference_flops
     return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
-            "processes": processes, "replicated_weights": processes > 1,
-            "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params)},
+            "processes": processes, "rows_per_process": -(-shapes["rows"] // processes),
+            "rows_per_device": B // (mesh.shape["data"] * mesh.shape["fsdp"]),
+            "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params),
+                       # the sampler reads the train state's own params: no copy
+                       "sampler_weights_extra": 0},
             "xla": xla[worst], "programs": xla, "peak_program": worst,
-            "flops": inference_flops(mcfg.num_params(), n * processes * (T + t.max_new_tokens)),
+            "flops": inference_flops(mcfg.num_params(),
+                                     t.prompts_per_step * t.group_size * (T + t.max_new_tokens)),
             "xla_flops_per_device_loop_bodies_once": (
                 sum(xla_flops) if None not in xla_flops else None)}
 
 
+def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dict[str, int]]:
+    """Bytes one device holds at each named point of a run, by term (no compiling: shapes and
+    shardings only). These are the buffers that stay alive (what `jax.live_arrays()` sees);
+    XLA's temporaries come on top while a program runs (see `plan_update` / `plan_rollout`).
+
+    - `loaded`: the checkpoint read straight into the mesh (each parameter sharded by its
+      logical axes, in the parameter dtype), before any train state exists.
+    - `init_state`: the train state `Learner.init_state` creates sharded: trainable params,
+      frozen params (LoRA's base weights), the frozen reference copy, the optimiser state,
+      and the step counter and RNG key (`counters`). The generic trainer drops the loaded
+      model then; the MindZero and CToM entry points keep it for the run (`start_model`:
+      its trained params, which `init_state` copied).
+    - `rollout`: the train state while a sampler call's results are alive: the sampler runs
+      on the train state's own params (`sampler_weights` extra: 0) and adds its KV cache.
+    - `update`: the train state after an update, with the rollout batch it was given.
+    """
+    from flax import nnx
+
+    from jaxtom import parallel
+
+    mcfg = model_config(config.model) if mcfg is None else mcfg
+    loaded = nnx.state(nnx.eval_shape(lambda: _new_model(mcfg)))
+    loaded = _with_shardings(loaded, parallel.state_shardings(loaded, mesh))
+    learner, state = _abstract_state(config, mcfg, mesh)
+    train = {"params": device_bytes(state.params), "frozen_params": device_bytes(state.frozen),
+             "reference_params": device_bytes(state.ref_params),
+             "optimizer_state": device_bytes(state.opt_state),
+             "counters": device_bytes((state.step, state.rng))}
+    shapes = rollout_shapes(config, text_config(mcfg), mesh, processes)
+    cache = _abstract_cache(text_config(mcfg), mesh, shapes["batch"], shapes["cache_len"])
+    batch = _abstract_update_batch(config, mcfg, learner)
+    if config.kind != "completion":
+        # MindZero (and its VL / household variants) and CToM keep the model they started
+        # from alive through the run (`mindzero.trainer.train` holds it, and `BestModel`
+        # returns it when the warm-up's model scores best; `ctom.train.train` holds it):
+        # its trained params are its own arrays (init_state copies them), its frozen ones
+        # are shared with the state
+        train["start_model"] = train["params"]
+    return {"loaded": {"params": device_bytes(loaded)},
+            "init_state": dict(train),
+            "rollout": {**train, "sampler_weights": 0, "kv_cache": device_bytes(cache)},
+            "update": {**train, "batch": device_bytes(batch)}}
+
+
 def check_processes(config, devices: int, processes: int) -> None:
-    """A run over several processes needs equal devices and equal prompt shares per process."""
+    """A run over several processes needs equal devices per process and at least one task
+    record per process and step (`rl.trainer.TaskStream`)."""
     if processes < 1 or devices % processes:
         raise PlanError(f"--processes {processes} must be a positive divisor of the mesh's "
                         f"{devices} devices (one process per host, equal devices per host)")
-    if config.trainer.prompts_per_step % processes:
-        raise PlanError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} must be a "
-                        f"multiple of --processes {processes}: each process samples an equal "
-                        "share")
+    if config.trainer.prompts_per_step < processes:
+        raise PlanError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} is fewer "
+                        f"than --processes {processes}: every process needs at least one task "
+                        "record per step")
 
 
 def plan(config, *, devices: int | None = None, rollout: bool = True,
@@ -496,7 +602,12 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n,
                  "processes": processes},
         "update": update}
-    peak = update["xla"]["peak"]
+    out["resident"] = resident_terms(config, mesh, processes, mcfg=mcfg)
+    # buffers the run keeps beside the train state through every program (see resident_terms)
+    kept = out["resident"]["init_state"].get("start_model", 0)
+    update["kept_start_model"] = kept
+    update["peak_with_kept"] = update["xla"]["peak"] + kept
+    peak = update["peak_with_kept"]
     if hasattr(mcfg, "vision"):
         out["model"].update(architecture=mcfg.architecture,
                             vision_params=mcfg.vision.num_params(),
@@ -505,10 +616,10 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         # a VL rollout decodes on the text decoder; its image prefill runs the vision tower
         # once per distinct picture (not planned: small beside the decode's KV cache)
         r = plan_rollout(config, text, mesh, processes)
-        # while sampling, the whole train state stays resident; on one process the sampler's
-        # weights are the state's own buffers, on several they are an extra replica
-        shared = 0 if r["replicated_weights"] else r["memory"]["model_state"]
-        r["peak_with_train_state"] = update["memory"]["train_state"] - shared + r["xla"]["peak"]
+        # while sampling, the whole train state stays resident and the sampler's weights are
+        # its own buffers (arguments of the sampler's programs, so counted once)
+        r["peak_with_train_state"] = (update["memory"]["train_state"] + kept
+                                      - r["memory"]["model_state"] + r["xla"]["peak"])
         out["rollout"] = r
         peak = max(peak, r["peak_with_train_state"])
     s = config.step
@@ -563,18 +674,28 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"  {label:<38}{_size(u['memory'][key])}")
     lines.append(f"  {'XLA temporaries (activations, grads)':<38}{_size(u['xla']['temporaries'])}")
     lines.append(f"  {'XLA peak (args + outputs + temps)':<38}{_size(u['xla']['peak'])}")
+    if u.get("kept_start_model"):
+        lines.append(f"  {'starting model the run keeps':<38}{_size(u['kept_start_model'])}"
+                     "  (its trained params; on top of both peaks)")
     if "rollout" in result:
         r = result["rollout"]
-        where = (f"per process ({r['processes']}), weights replicated" if r["replicated_weights"]
-                 else "one process")
-        lines += [f"rollout ({where}): {r['rows']} rows, prompt {r['prompt_len']} + cache "
+        procs = (f", {r['rows_per_process']} per process x {r['processes']} processes"
+                 if r["processes"] > 1 else "")
+        lines += [f"rollout (one sampler call over the global mesh): {r['rows']} rows{procs} "
+                  f"({r['rows_per_device']} per device), prompt {r['prompt_len']} + cache "
                   f"{r['cache_len']} slots, compiled in {r['compile_seconds']:.0f} s; per device:",
                   f"  {'KV cache':<38}{_size(r['memory']['kv_cache'])}",
-                  f"  {'sampler weights':<38}{_size(r['memory']['model_state'])}",
-                  f"  {'XLA temporaries (' + r['peak_program'] + ')':<38}"
-                  f"{_size(r['xla']['temporaries'])}",
-                  f"  {'peak with the train state resident':<38}"
-                  f"{_size(r['peak_with_train_state'])}"]
+                  f"  {'sampler weights (extra copies)':<38}"
+                  f"{_size(r['memory']['sampler_weights_extra'])}  (it reads the train "
+                  "state's params in place)"]
+        lines += [f"  {'XLA temporaries (' + name + ')':<38}{_size(x['temporaries'])}"
+                  for name, x in r["programs"].items()]
+        lines.append(f"  {'peak with the train state resident':<38}"
+                     f"{_size(r['peak_with_train_state'])}")
+    if "resident" in result:
+        lines.append("resident per device (live buffers, temporaries aside): " + "; ".join(
+            f"{point} {_size(sum(terms.values())).strip()}"
+            for point, terms in result["resident"].items()))
     f = result["flops_per_rollout_step"]
     lines.append(f"FLOPs per rollout step: update {f['update_total']:.3e} "
                  f"({f['optimizer_updates']} optimizer update(s), "
@@ -600,12 +721,12 @@ def largest_term(result: dict[str, Any]) -> str:
                              "it shrinks with more fsdp (or tensor) devices, or LoRA")}
     if r is not None:
         terms["rollout temporaries"] = (r["xla"]["temporaries"],
-                                        "they grow with sampled rows per device and prompt "
-                                        "length; add data/fsdp devices or sample fewer prompts "
-                                        "per step")
-        terms["KV cache"] = (r["memory"]["kv_cache"], "it grows with sampled rows per device "
-                             "and row_len; add data/fsdp devices or sample fewer prompts per "
-                             "step")
+                                        "they grow with a sampler call's rows per device and "
+                                        "prompt length; lower trainer.rollout_rows or add "
+                                        "data/fsdp devices")
+        terms["KV cache"] = (r["memory"]["kv_cache"], "it grows with a sampler call's rows per "
+                             "device and row_len; lower trainer.rollout_rows or add data/fsdp "
+                             "devices")
     name = max(terms, key=lambda k: terms[k][0])
     size, hint = terms[name]
     return f"{name} ({_size(size).strip()}): {hint}"
@@ -686,8 +807,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
                    help="fraction of each chip's memory a plan may fill (default 0.9)")
     p.add_argument("--processes", type=int, default=1,
-                   help="processes (hosts) the run spans; each samples its share of the "
-                        "rollout on a replica of the weights (default 1)")
+                   help="processes (hosts) the run spans; a sampler call samples up to "
+                        "trainer.rollout_rows rows per process (default 1)")
     p.add_argument("--no-rollout", action="store_true",
                    help="plan the update step only (skip compiling the sampler)")
 

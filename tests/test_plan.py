@@ -108,15 +108,27 @@ def test_tiny_plan_figures_are_consistent(tiny_dir):
     assert r["flops"] == 2 * cfg.num_params() * 9 * (48 + 16)
     assert r["memory"]["model_state"] == two["update"]["memory"]["params"]  # the state's own
 
-    # 2 processes x 2 devices: each samples 12 rows / 2 = 6 on its 2 devices, on an unsharded
-    # replica of the weights that comes on top of the train state
+    # 2 processes x 2 devices: one SPMD call over the global 4-device mesh samples both
+    # processes' 6 rows, on the train state's own sharded params (no replica)
     r4 = four["rollout"]
-    assert r4["processes"] == 2 and r4["replicated_weights"] and r4["rows"] == 6
-    assert r4["memory"]["model_state"] == cfg.num_params() * 4
+    assert (r4["processes"], r4["rows"], r4["rows_per_process"], r4["rows_per_device"]) == (
+        2, 12, 6, 3)
+    assert r4["memory"]["model_state"] == four["update"]["memory"]["params"]
+    assert r4["memory"]["sampler_weights_extra"] == 0
     assert r4["memory"]["kv_cache"] == 2 * cfg.num_layers * 3 * cfg.num_kv_heads * 64 \
         * cfg.head_dim * 4
     assert r4["peak_with_train_state"] == (four["update"]["memory"]["train_state"]
-                                           + r4["xla"]["peak"])
+                                           - r4["memory"]["model_state"] + r4["xla"]["peak"])
+
+    # what stays resident at each point of the run, from the same shardings
+    for result, fsdp in ((two, 2), (four, 4)):
+        res, mem = result["resident"], result["update"]["memory"]
+        assert list(res) == ["loaded", "init_state", "rollout", "update"]
+        assert res["loaded"] == {"params": sharded_param_bytes(cfg, fsdp)}
+        assert sum(res["init_state"].values()) == mem["train_state"]
+        assert res["rollout"]["kv_cache"] == result["rollout"]["memory"]["kv_cache"]
+        assert res["rollout"]["sampler_weights"] == 0
+        assert res["update"]["batch"] == mem["batch"]
 
 
 @pytest.mark.parametrize("config, extra", [
@@ -152,8 +164,8 @@ def test_update_flops_match_xla_on_one_device(tiny_dir, config, extra):
     (("mesh.fsdp=-1",), "plan error: mesh (data, fsdp, tensor)=(1, -1, 1) has a -1 axis"),
     (("mesh.fsdp=2", "--devices", "4"), "plan error: --devices 4 disagrees"),
     (("mesh.fsdp=4", "--processes", "3"), "plan error: --processes 3 must be a positive"),
-    (("mesh.fsdp=4", "trainer.prompts_per_step=3", "--processes", "2"),
-     "plan error: trainer.prompts_per_step=3 must be a multiple of --processes 2"),
+    (("mesh.fsdp=4", "trainer.prompts_per_step=3", "--processes", "4"),
+     "plan error: trainer.prompts_per_step=3 is fewer than --processes 4"),
     (("--headroom", "1.5"), "plan error: --headroom must be a fraction in (0, 1]"),
 ])
 def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
@@ -170,6 +182,22 @@ def test_missing_config_json_is_one_line_exit_2(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: model.path: expected a "
                                                    "Hugging Face directory holding config.json")
+
+
+@pytest.mark.parametrize("prompts, rollout_rows, processes", [
+    (4, 0, 1), (4, 6, 1), (3, 0, 2), (3, 6, 2), (3, 3, 2), (5, 4, 4), (32, 128, 8)])
+def test_sampler_call_rows_is_the_largest_call_generate_rows_makes(prompts, rollout_rows,
+                                                                  processes):
+    """Each process's share (`process_share`) x group size, the first call taking each
+    process's next `rollout_rows` rows (`rl.distributed.call_slices`)."""
+    from jaxtom.rl.distributed import call_slices
+    from jaxtom.rl.trainer import process_share
+
+    config = load_config(TOY, [f"trainer.prompts_per_step={prompts}", "trainer.group_size=4",
+                               f"trainer.rollout_rows={rollout_rows}"])
+    counts = [process_share(prompts, processes, p)[1] * 4 for p in range(processes)]
+    calls = [sum(s.stop - s.start for s in call) for call in call_slices(counts, rollout_rows)]
+    assert plan.sampler_call_rows(config, processes) == max(calls)
 
 
 def test_fits_leaves_headroom_on_each_chip():

@@ -56,6 +56,10 @@ def test_tiny_vl_plan_counts_the_vision_tower(tiny_vl_dir):
     assert u["memory"]["optimizer_state"] >= 2 * u["memory"]["params"]
     assert result["per_device_peak_bytes"] >= u["xla"]["peak"] > 0
     assert result["rollout"]["rows"] == 8
+    # a MindZero run keeps the model it started from: its trained params, on top of the peaks
+    kept = result["resident"]["init_state"]["start_model"]
+    assert kept == u["memory"]["params"] == u["kept_start_model"]
+    assert result["per_device_peak_bytes"] >= u["xla"]["peak"] + kept
 
 
 @pytest.mark.slow  # a second plan compile (~1 min on 2 busy cores)
