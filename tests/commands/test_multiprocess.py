@@ -112,8 +112,12 @@ def run_tolerances(args, model=None) -> tuple[dict, dict]:
     return rel, dict(updates=cfg.step.updates_per_batch, learning_rate=cfg.step.learning_rate)
 
 
-def assert_same_run(a: Path, b: Path, step: int, args, model=None):
+def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate=None):
+    """`learning_rate`: the phase's own, when not the config's `step.learning_rate` (a
+    MindZero warm-up's)."""
     rel, adam = run_tolerances(args, model)
+    if learning_rate is not None:
+        adam = dict(adam, learning_rate=learning_rate)
     ma, mb = metrics(a), metrics(b)
     assert [m["step"] for m in ma] == [m["step"] for m in mb] == list(range(1, step + 1))
     for x, y in zip(ma, mb):
