@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-import jax
 import numpy as np
 
+from jaxtom.ctom import lockstep
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.policies import SamplerPolicy
@@ -137,25 +137,35 @@ def load_model_and_tokenizer(config):
 class ConversationRollout:
     """CToM's rollout: `group_size` conversations per task through the controller (plan,
     ASK / DRAFT / COMMIT, draft-predict-revise), real and counterfactual prediction targets,
-    packed with the prediction sub-batch for the eta-capped NLL."""
+    packed with the prediction sub-batch for the eta-capped NLL.
 
-    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None):
-        if jax.process_count() > 1:
-            raise NotImplementedError("CToM rollouts run on one process (a multi-process "
-                                      "conversation rollout is not built yet)")
+    On several processes every process runs the step's whole set of conversations in
+    lockstep (the sampler is a collective), shares host results that could differ (simulator
+    replies, coding scores), builds the step's whole batch and keeps its block of rows: see
+    `jaxtom.ctom.lockstep` for why and what it costs. The samples, metrics and batch are
+    those of one process. `row_multiple` (the learner's; `CToMTrainer` sets it) places the
+    padding rows where a single process's `Learner.put_batch` would.
+    """
+
+    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None,
+                 row_multiple: int = 1):
         self.tok, self.settings, self.cfg = tok, settings, cfg
         self.simulator = simulator or make_simulator(settings)
         self.controller = ControllerConfig.for_domain(settings.domain, **settings.controller)
+        self.row_multiple = row_multiple
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         cfg, s = self.cfg, self.settings
+        tasks = lockstep.global_tasks(tasks)  # every process: the step's whole set
         group = [r["task"] for r in tasks for _ in range(cfg.group_size)]
         groups = [int(r["row"]) for r in tasks for _ in range(cfg.group_size)]
+        # conversation i (the policy's row id) is the global sampler row r * G + g
         policy = SamplerPolicy(model, self.tok, temperature=cfg.temperature, top_p=cfg.top_p,
                                reuse_cache=s.reuse_cache)
-        convs = run_conversations(group, policy, self.simulator, self.tok, self.controller,
-                                  key=key, seed=step)
-        targets = prediction_targets(convs, self.simulator, seed=step)
+        simulator = lockstep.shared_simulator(self.simulator)
+        convs = run_conversations(group, policy, simulator, self.tok, self.controller,
+                                  key=key, seed=step, host_map=lockstep.shared_map)
+        targets = prediction_targets(convs, simulator, seed=step)
         ok = [c for c in convs if c.failed is None]
         metrics = {"conversations_failed": float(len(convs) - len(ok)),
                    "prediction_targets": float(len(targets)),
@@ -173,7 +183,10 @@ class ConversationRollout:
                                       pred_row_len=s.pred_row_len, pad_id=cfg.pad_id,
                                       pred_rows_multiple=8, return_metrics=True)
         metrics.update({f"pred/{k}": float(v) for k, v in counts.items()})
-        return Rollout(batch=batch, metrics=metrics, count=max(len(ok), 1))
+        # every process holds the whole step's metrics: the same values with the same count
+        # make the trainer's count-weighted mean over processes those values
+        return Rollout(batch=lockstep.process_rows(batch, self.row_multiple), metrics=metrics,
+                       count=max(len(ok), 1))
 
 
 def task_records(tok, tasks) -> list[dict]:
@@ -185,9 +198,10 @@ class CToMTrainer(Trainer):
 
     def __init__(self, model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
                  simulator=None, mesh=None):
-        super().__init__(model, task_records(tok, tasks),
-                         ConversationRollout(tok, settings, cfg, simulator), step_cfg, cfg,
-                         mesh=mesh, desc="ctom")
+        rollout = ConversationRollout(tok, settings, cfg, simulator)
+        super().__init__(model, task_records(tok, tasks), rollout, step_cfg, cfg, mesh=mesh,
+                         desc="ctom")
+        rollout.row_multiple = self.learner.row_multiple
         self.tok, self.settings = tok, settings
 
 
