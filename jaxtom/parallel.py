@@ -12,6 +12,7 @@ import os
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -135,6 +136,52 @@ def state_shardings(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None)
 def place_state(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None) -> Any:
     """Moves an NNX state onto the mesh according to its logical axes."""
     return jax.device_put(state, state_shardings(state, mesh, rules))
+
+
+def is_multiprocess(sharding_or_mesh) -> bool:
+    """Whether a sharding (or mesh) spans devices of other processes too."""
+    devices = (sharding_or_mesh.devices.flat if isinstance(sharding_or_mesh, Mesh)
+               else sharding_or_mesh.device_set)
+    me = jax.process_index()
+    return any(d.process_index != me for d in devices)
+
+
+def host_value(x) -> np.ndarray:
+    """The whole value of array `x` as NumPy on this host. An array other processes hold
+    parts of is all-gathered (a collective: every process must call it, in the same order);
+    a replicated one is read from a local shard."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.sharding.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
+def sharded_zeros(shapes: Any, shardings: Any) -> Any:
+    """Zeros of `shapes` (a pytree of ShapeDtypeStructs) created in place, each device
+    writing only its own shard: no full-size transient on one device, and usable on a mesh
+    that spans several processes."""
+    return jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                   out_shardings=shardings)()
+
+
+def init_sharded(make, mesh: Mesh | None):
+    """The NNX module `make()` builds, each parameter created in its sharded place on `mesh`
+    (one compiled program writing each device's shard), never whole on one device. The
+    compiled initialiser may round differently from `make()` in the last bit, so a mesh of
+    one device (where nothing is split) keeps `make()`'s exact values: a run on one device
+    reproduces eager initialisation. `mesh` None: `make()` as it is."""
+    from flax import nnx
+    if mesh is None or mesh.devices.size == 1:
+        module = make()
+        if mesh is not None:
+            graphdef, state = nnx.split(module)
+            module = nnx.merge(graphdef, place_state(state, mesh))
+        return module
+    graphdef, state = nnx.split(nnx.eval_shape(make))
+    state = jax.jit(lambda: nnx.split(make())[1], out_shardings=state_shardings(state, mesh))()
+    return nnx.merge(graphdef, state)
 
 
 def run_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1) -> Mesh:

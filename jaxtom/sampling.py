@@ -105,7 +105,7 @@ class PromptChunk(NamedTuple):
 class SamplingInputs(NamedTuple):
     """Per-call sampling values (traced: new values never recompile)."""
     row_ids: jax.Array  # [B] uint32: the id each row's key is folded with
-    key: jax.Array
+    key: jax.Array  # raw key data (`jax.random.key_data`): placeable on any mesh
     max_new: jax.Array  # [] int32 run-time cap on new tokens, <= LoopConfig.buffer_len
     temperature: jax.Array
     top_k: jax.Array
@@ -174,7 +174,7 @@ class _Sampler:
 
     def __init__(self, config: LoopConfig, inp: SamplingInputs):
         self.config, self.inp = config, inp
-        self.keys = row_keys(inp.key, inp.row_ids)
+        self.keys = row_keys(jax.random.wrap_key_data(inp.key), inp.row_ids)
 
     def choose(self, logits, step, previous=None):
         """The next token per row; `previous` (the row's last token, None for the first)
@@ -325,6 +325,16 @@ def cache_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, parallel.logical_to_spec(CACHE_AXES))
 
 
+def zeros_cache(cfg, batch: int, slots: int, mesh: Mesh | None) -> KVCache:
+    """An empty cache of `batch` rows x `slots`, created in its sharded place on `mesh`
+    (never whole on one device first)."""
+    if mesh is None:
+        return KVCache.zeros(cfg, batch, slots)
+    shapes = jax.eval_shape(lambda: KVCache.zeros(cfg, batch, slots))
+    sharding = cache_sharding(mesh)
+    return parallel.sharded_zeros(shapes, KVCache(sharding, sharding))
+
+
 def model_mesh(model: Decoder) -> Mesh | None:
     """The mesh the model's parameters live on, if they are NamedSharding-placed."""
     sharding = getattr(model.embed_tokens[...], "sharding", None)
@@ -387,6 +397,11 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     0..B-1), so its tokens depend only on its prompt, the key and its id: a process that
     samples `prompts[a:b]` with `row_ids=range(a, b)` gets the rows a single process
     sampling all prompts would. Resuming restarts the step count: pass a fresh key.
+
+    On a model sharded over a mesh that spans several processes the call is a collective
+    (SPMD over the whole mesh, weights used where they live): every process passes the
+    same arguments and gets the whole result (`rl.distributed.generate_rows` gathers each
+    process's prompts first).
 
     `max_new_tokens` is a run-time value; the compiled loop's output buffer has
     `buffer_len` columns (default: `max_new_tokens` rounded up by `bucket`, at least 16).
@@ -472,7 +487,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
             and resume.cache.k.shape[CACHE_SEQ_AXIS] >= floor + max_new_tokens):
         cache = resume.cache
     elif resume is None:
-        cache = KVCache.zeros(cfg, B, S)
+        cache = zeros_cache(cfg, B, S, mesh)
     else:
         cache = _grow(resume.cache, B, S)
     source = np.arange(B, dtype=np.int32)
@@ -515,20 +530,21 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
                         active=np.arange(B) < n_real, source=source)
     inputs = SamplingInputs(
         row_ids=np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32),
-        key=key, max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
+        key=np.asarray(jax.random.key_data(key)), max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
         top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
         stop_tables=tables, explore_after=explore_arr,
         explore_temperature=np.float32(explore_temperature), explore_tokens=choices_arr)
     if mesh is not None:
-        # placed explicitly: with several processes JAX accepts no host arrays for a program
-        # sharded over devices (here the mesh is this process's own devices)
+        # placed explicitly: a program over a mesh accepts no host arrays when the mesh
+        # spans several processes (each of which passes these same values)
         chunk, inputs = jax.device_put((chunk, inputs), input_shardings(mesh))
     cache, state = prefill(params, cache, chunk, inputs)
     if max_new_tokens > 1:  # else the loop would not run: no decode program to compile
         cache, state = decode(params, cache, state, inputs)
-    out_tok, out_lp, n_gen, finished, lengths, pending, steps = jax.device_get(
-        (state.tokens, state.logprobs, state.n_new, state.finished, state.lengths, state.token,
-         state.step))
+    out_tok, out_lp, n_gen, finished, lengths, pending, steps = (
+        parallel.host_value(x) for x in (state.tokens, state.logprobs, state.n_new,
+                                         state.finished, state.lengths, state.token,
+                                         state.step))
     out_tok = np.asarray(out_tok[:n_real, :max_new_tokens])
     n_gen = np.asarray(n_gen[:n_real])
     texts = None

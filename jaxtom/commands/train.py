@@ -59,7 +59,7 @@ def build_model(config, mesh):
             intermediate_size=m.intermediate_size, num_layers=m.num_layers,
             num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
             qk_norm=m.uses_qk_norm, param_dtype=m.param_dtype,
-            compute_dtype=m.compute_dtype), seed=m.seed)
+            compute_dtype=m.compute_dtype), seed=m.seed, mesh=mesh)
     if m.lora_rank:
         models.add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or None)
     return model

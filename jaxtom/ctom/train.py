@@ -85,9 +85,10 @@ def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):
     return config, config.ctom
 
 
-def make_simulator(s: CToMSettings, model=None, tokenizer=None):
+def make_simulator(s: CToMSettings, model=None, tokenizer=None, mesh=None):
     """The configured user simulator; `llm` uses (model, tokenizer) when given, else loads
-    `simulator_model` (a separate frozen model: the policy's weights change during training)."""
+    `simulator_model` (a separate frozen model: the policy's weights change during training)
+    into its shards on `mesh` when given."""
     if s.simulator == "scripted":
         return ScriptedSimulator()
     if s.simulator == "http":
@@ -103,7 +104,7 @@ def make_simulator(s: CToMSettings, model=None, tokenizer=None):
                 raise ValueError("simulator='llm' needs simulator_model: a .gguf file or an HF "
                                  "model dir with tokenizer.json")
             model, tokenizer = _load_model_and_tokenizer(s.simulator_model, s.simulator_dtype,
-                                                         "simulator_model")
+                                                         "simulator_model", mesh=mesh)
         if tokenizer is None:
             raise ValueError("make_simulator(model=...) for simulator='llm' needs tokenizer=")
         return LLMSimulator(model, tokenizer, temperature=s.simulator_temperature,
@@ -112,7 +113,7 @@ def make_simulator(s: CToMSettings, model=None, tokenizer=None):
 
 
 def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.path",
-                              compute_dtype: str | None = None):
+                              compute_dtype: str | None = None, mesh=None):
     from jaxtom.config import resolve_model_path
     from jaxtom.models import from_pretrained
     from jaxtom.tokenizer import Tokenizer
@@ -120,15 +121,17 @@ def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.p
     if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
         raise ValueError(f"{what}={path} must be a .gguf file or an HF dir with "
                          "tokenizer.json: CToM needs a real tokenizer and chat template")
-    model = from_pretrained(path, dtype=dtype, compute_dtype=compute_dtype)
+    model = from_pretrained(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
     tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
     return model, tok
 
 
-def load_model_and_tokenizer(config):
+def load_model_and_tokenizer(config, mesh=None):
+    """The policy and its tokenizer; read straight into its shards on `mesh` when given."""
     from jaxtom.models import add_lora
     m = config.model
-    model, tok = _load_model_and_tokenizer(m.path, m.param_dtype, compute_dtype=m.compute_dtype)
+    model, tok = _load_model_and_tokenizer(m.path, m.param_dtype, compute_dtype=m.compute_dtype,
+                                           mesh=mesh)
     if m.lora_rank:
         add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or m.lora_rank)
     return model, tok
@@ -213,7 +216,7 @@ def training_tasks(settings: CToMSettings):
 
 def train(config, mesh=None):
     """Trains a CToM config (`jaxtom train`); returns the final TrainState."""
-    model, tok = load_model_and_tokenizer(config)
+    model, tok = load_model_and_tokenizer(config, mesh)
     trainer = CToMTrainer(model, tok, training_tasks(config.ctom), config.step, config.trainer,
                           config.ctom, mesh=mesh)
     return trainer.run()

@@ -68,7 +68,7 @@ JSON_PIECES = ('{"particles":[{"task_name":"', '","objects":[{"type":"', '","cou
                '},{"type":"', '}],"target":{"type":"', '"},"p":', '},{"task_name":"', '}]}')
 
 
-def build_model(config, run_dir: Path, episode_sets=()):
+def build_model(config, run_dir: Path, episode_sets=(), mesh=None):
     """(model, codec): the config's checkpoint, or the tiny decoder over a BPE trained on the
     run's prompts and teacher completions (RUN_DIR/tokenizer.json, written once), with every
     household word one token."""
@@ -83,7 +83,7 @@ def build_model(config, run_dir: Path, episode_sets=()):
             tok.backend.save(str(path) + ".tmp")
             Path(str(path) + ".tmp").replace(path)
     return mz.build_model(config, Path(run_dir),
-                          tokenizer_path=path if not config.model.path else None)
+                          tokenizer_path=path if not config.model.path else None, mesh=mesh)
 
 
 def load_model(config, checkpoint):
@@ -299,7 +299,6 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
     share and distinct completions. Labels are read here only, for logging."""
     from jaxtom.household.evaluate import belief_scores
     from jaxtom.mindzero.policy import sample_completions
-    from jaxtom.rl.distributed import local_replica
     d = config.mindzero.data
     num_rows = num_rows or config.mindzero.household.monitor_rows
     records = hd.timestep_records(episodes, 1, config.mindzero.household.after_first_key_action)
@@ -310,7 +309,7 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
     prompts = [codec.prompt_ids(render(episodes[e], t, d.num_particles)) for e, t in rows]
 
     def score(step, model) -> dict:
-        texts, _, _ = sample_completions(local_replica(model), codec, prompts,
+        texts, _, _ = sample_completions(model, codec, prompts,
                                          key=jax.random.key(config.trainer.seed),
                                          temperature=0.0,
                                          max_new_tokens=config.trainer.max_new_tokens)
@@ -332,13 +331,13 @@ def train(config, progress: bool = True) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
     train_eps, test_eps = hd.make_episodes(config, "train"), hd.make_episodes(config, "test")
-    model, codec = build_model(config, run_dir, (train_eps, test_eps))
+    mesh = mz.make_mesh(config)
+    model, codec = build_model(config, run_dir, (train_eps, test_eps), mesh=mesh)
     prompts = Prompts(config, codec, train_eps)
     records = hd.timestep_records(train_eps, 1, config.mindzero.household.after_first_key_action)
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, row_len=row_len(config, prompts, records, config.trainer.max_new_tokens),
         pad_id=codec.pad_id, progress=progress and config.trainer.progress))
-    mesh = mz.make_mesh(config)
     mzc = config.mindzero
     timings = {"setup_s": time.perf_counter() - t0, "train_timesteps": len(records)}
     t1 = time.perf_counter()

@@ -65,7 +65,7 @@ def likelihood_table(qa: QASet, config) -> np.ndarray:
     return np.asarray(cumulative_log_likelihoods(trajectories, mz.env_params(config)))
 
 
-def build_model(config, run_dir: Path, sets=()):
+def build_model(config, run_dir: Path, sets=(), mesh=None):
     """(model, codec): the config's checkpoint, or the tiny decoder over a BPE trained on the
     sets' prompts and both answers (written to RUN_DIR/tokenizer.json once)."""
     path = Path(run_dir) / "tokenizer.json"
@@ -79,7 +79,7 @@ def build_model(config, run_dir: Path, sets=()):
             tok.backend.save(str(path) + ".tmp")
             Path(str(path) + ".tmp").replace(path)
     return mz.build_model(config, Path(run_dir), tokenizer_path=path if not config.model.path
-                          else None)
+                          else None, mesh=mesh)
 
 
 def row_len(config, prompts: QAPrompts, completion: int, quantum: int = 16) -> int:
@@ -91,7 +91,6 @@ def answer_monitor(config, codec, qa: QASet, num_questions: int = 128):
     """An eval hook: greedy answers to a fixed sample of held-out questions; accuracy, the
     share parsed and of `a`, and how many distinct answers (1 = the answer ignores the
     question). Labels are read here only, for logging."""
-    from jaxtom.rl.distributed import local_replica
     from jaxtom.sampling import generate
     prompts = QAPrompts(config.mindzero.data.observation, codec, qa.view, qa.questions)
     pick = np.sort(np.random.default_rng(config.trainer.seed + 11).choice(
@@ -100,7 +99,7 @@ def answer_monitor(config, codec, qa: QASet, num_questions: int = 128):
     answer = np.array([qa.questions[i].answer for i in pick])
 
     def score(step, model) -> dict:
-        out = generate(local_replica(model), ids, max_new_tokens=config.trainer.max_new_tokens,
+        out = generate(model, ids, max_new_tokens=config.trainer.max_new_tokens,
                        temperature=0.0, stop=list(codec.eos_ids), pad_id=codec.pad_id)
         texts = [codec.decode(s) for s in out.sequences()]
         choice = np.array([parse_answer(x, prompts.labels(int(i))) for x, i in zip(texts, pick)])
@@ -118,7 +117,8 @@ def train(config, progress: bool = True) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=1))
     train_set, test_set = qa_data(config)
-    model, codec = build_model(config, run_dir, (train_set, test_set))
+    mesh = mz.make_mesh(config)
+    model, codec = build_model(config, run_dir, (train_set, test_set), mesh=mesh)
     observation, mzc = config.mindzero.data.observation, config.mindzero
     prompts = QAPrompts(observation, codec, train_set.view, train_set.questions)
     rollout = QARollout(config.trainer, mzc.reward, codec, prompts,  # (adds mirrored prompts)
@@ -127,7 +127,6 @@ def train(config, progress: bool = True) -> dict:
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, row_len=row_len(config, prompts, completion), pad_id=codec.pad_id,
         progress=progress and config.trainer.progress))
-    mesh = mz.make_mesh(config)
     tasks = question_tasks(train_set.questions)
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()

@@ -99,9 +99,10 @@ def corpus(config, views, rng) -> list[str]:
     return texts
 
 
-def build_model(config, run_dir: Path, views=(), tokenizer_path=None):
+def build_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=None):
     """(model, codec): a tiny decoder over a BPE trained on generated text (`model.path`
-    ""), or a checkpoint (HF directory, .gguf file, or "smollm2")."""
+    ""), or a checkpoint (HF directory, .gguf file, or "smollm2"); with `mesh` (a training
+    run's) its parameters are created or read straight into their shards there."""
     from jaxtom.config import resolve_model_path
     m, seed = config.model, config.trainer.seed + config.model.seed
     if not m.path:
@@ -121,9 +122,9 @@ def build_model(config, run_dir: Path, views=(), tokenizer_path=None):
                            head_dim=m.head_dim, qk_norm=m.uses_qk_norm, tie_word_embeddings=True,
                            max_position_embeddings=1024, eos_token_ids=tok.eos_token_ids,
                            param_dtype=m.param_dtype, compute_dtype=m.compute_dtype)
-        return init_decoder(mcfg, seed), Codec(tok)
+        return init_decoder(mcfg, seed, mesh=mesh), Codec(tok)
     path = Path(resolve_model_path(m.path))
-    model = from_pretrained(path, dtype=m.param_dtype, compute_dtype=m.compute_dtype)
+    model = from_pretrained(path, dtype=m.param_dtype, compute_dtype=m.compute_dtype, mesh=mesh)
     tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
     if m.lora_rank:
         add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or None)
@@ -295,8 +296,7 @@ def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 12
     prompts = [codec.prompt_ids(render(view, e, t, n)) for e, t in rows]
 
     def score(step, model) -> dict:
-        from jaxtom.rl.distributed import local_replica
-        texts, _, _ = sample_completions(local_replica(model), codec, prompts,
+        texts, _, _ = sample_completions(model, codec, prompts,
                                          key=jax.random.key(config.trainer.seed),
                                          temperature=e_cfg.temperature,
                                          max_new_tokens=config.trainer.max_new_tokens)
@@ -458,7 +458,7 @@ def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, moni
             print(f"warm-up: retry {attempt} of {w.retries} from init seed +{attempt}")
             fresh = dataclasses.replace(config, model=dataclasses.replace(
                 config.model, seed=config.model.seed + attempt))
-            model, _ = build_model(fresh, run_dir)
+            model, _ = build_model(fresh, run_dir, mesh=mesh)
         cfg = wcfg if not attempt else dataclasses.replace(
             wcfg, workdir=f"{wcfg.workdir}_{attempt}")
         hooks = []
@@ -498,11 +498,11 @@ def train(config, progress: bool = True) -> dict:
     train_eps, test_eps = make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     val_eps = validation_episodes(config, train_eps, test_eps)
-    model, codec = build_model(config, run_dir, views=(view, test_view))
+    mesh = make_mesh(config)
+    model, codec = build_model(config, run_dir, views=(view, test_view), mesh=mesh)
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, row_len=max_row_len(config, codec, view), pad_id=codec.pad_id,
         progress=progress and config.trainer.progress))
-    mesh = make_mesh(config)
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
     mz = config.mindzero

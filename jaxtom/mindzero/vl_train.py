@@ -26,9 +26,7 @@ from typing import Sequence
 
 import jax
 import numpy as np
-from flax import nnx
 
-from jaxtom import sampling
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
 from jaxtom.mindzero.image_observation import observation_image
@@ -53,11 +51,12 @@ def _mrope_section(head_dim: int) -> tuple[int, int, int]:
     return (half - 2 * (half // 3), half // 3, half // 3)
 
 
-def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None):
-    """(Qwen3VL, codec): a checkpoint (`model.path`), or a tiny random one from scratch."""
+def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=None):
+    """(Qwen3VL, codec): a checkpoint (`model.path`), or a tiny random one from scratch;
+    created or read straight into its shards on `mesh` when given."""
     m = config.model
     if m.path:
-        model, codec = text_trainer.build_model(config, run_dir, views, tokenizer_path)
+        model, codec = text_trainer.build_model(config, run_dir, views, tokenizer_path, mesh)
         if not isinstance(model, Qwen3VL):
             raise ValueError(f"mindzero.data.observation='image' needs a Qwen3-VL checkpoint; "
                              f"model.path={m.path!r} is a text-only model")
@@ -86,7 +85,7 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None):
     cfg = VLConfig(text=text, vision=vision, image_token_id=ids[IMAGE_PAD],
                    vision_start_token_id=ids[VISION_START], vision_end_token_id=ids[VISION_END],
                    mrope_section=_mrope_section(m.head_dim))
-    return init_qwen3_vl(cfg, config.trainer.seed + m.seed), Codec(tok)
+    return init_qwen3_vl(cfg, config.trainer.seed + m.seed, mesh=mesh), Codec(tok)
 
 
 class VLPrompts:
@@ -98,6 +97,7 @@ class VLPrompts:
         self.view, self.vl = view, vl
         self.cell = config.mindzero.data.image_cell_size
         self.cache: dict[tuple[int, int], list[int]] = {}
+        self._pictures: dict[tuple[int, int], tuple] = {}  # the latest few, insertion order
         e, t = data_lib.timestep_records(view, 1)[0]
         self.grid = tuple(self.image(e, t)[1])
         self.tokens = num_image_tokens(self.grid, vl.vision)
@@ -109,7 +109,13 @@ class VLPrompts:
         return self.cache[(e, t)]
 
     def image(self, e: int, t: int) -> tuple[np.ndarray, tuple]:
-        return preprocess_image(observation_image(self.view, e, t, self.cell), self.vl.vision)
+        key = (int(e), int(t))
+        if key not in self._pictures:  # a rollout's sampler and its batch share a picture
+            if len(self._pictures) >= 1024:
+                self._pictures.pop(next(iter(self._pictures)))
+            self._pictures[key] = preprocess_image(
+                observation_image(self.view, e, t, self.cell), self.vl.vision)
+        return self._pictures[key]
 
     def images(self, tasks: Sequence[dict], repeat: int = 1) -> list[list[tuple]]:
         """Each task's picture (rendered and preprocessed once), `repeat` rows per task."""
@@ -120,37 +126,28 @@ class VLPrompts:
         return out
 
 
-def _local_replica(model: Qwen3VL) -> Qwen3VL:
-    """`model` on one process; with several, a copy on this process's devices (as
-    `rl.distributed.local_replica` does for a text decoder)."""
-    from jax.sharding import NamedSharding, PartitionSpec
-    from jaxtom import parallel
-    mesh = sampling.model_mesh(model.language_model)
-    if jax.process_count() == 1 or mesh is None:
-        return model
-    graphdef, state = nnx.split(model)
-    replicated = jax.jit(lambda s: s, out_shardings=NamedSharding(mesh, PartitionSpec()))(state)
-    devices = jax.local_devices()
-    rep = NamedSharding(parallel.make_mesh(len(devices), 1, 1, devices=devices),
-                        PartitionSpec())
-    return nnx.merge(graphdef, jax.tree.map(
-        lambda x: jax.device_put(x.addressable_data(0), rep), replicated))
-
-
-def generate_vl_rows(model: Qwen3VL, prompts, images, row_ids, *, key, num_patches: int,
-                     rows_per_call: int = 0, **kwargs) -> list[list[int]]:
-    """`rl.distributed.generate_rows` for image+text prompts (`images[i]`: preprocessed
-    (patches, grid) pairs): each row samples from `fold_in(key, row)`, so the tokens do not
-    depend on how rows are split into calls."""
+def generate_vl_rows(model: Qwen3VL, prompts, image_keys, row_ids, *, render, key,
+                     num_patches: int, rows_per_call: int = 0, **kwargs) -> list[list[int]]:
+    """`rl.distributed.generate_rows` for image+text prompts: row i shows the picture
+    `render(*image_keys[i])` (preprocessed (patches, grid)). On several processes the rows'
+    keys and prompts are gathered and every process renders what a call samples, so no
+    pictures cross hosts. Each row samples from `fold_in(key, row)`, so the tokens do not
+    depend on how rows are split into calls or processes."""
     from jaxtom.models import vl_sampling
-    model = _local_replica(model)
-    row_ids = np.asarray(row_ids)
-    step = rows_per_call if rows_per_call > 0 else max(len(prompts), 1)
+    from jaxtom.rl import distributed
+    everyone = distributed.gather_objects((list(map(list, prompts)), list(image_keys),
+                                           np.asarray(row_ids).tolist()))
+    me = jax.process_index()
     out: list[list[int]] = []
-    for lo in range(0, len(prompts), step):
-        out += vl_sampling.generate(model, list(prompts[lo:lo + step]), images[lo:lo + step],
+    for parts in distributed.call_slices([len(p) for p, _, _ in everyone], rows_per_call):
+        rows = [r for (p, _, _), part in zip(everyone, parts) for r in p[part]]
+        keys = [k for (_, ks, _), part in zip(everyone, parts) for k in ks[part]]
+        rids = [i for (_, _, ids), part in zip(everyone, parts) for i in ids[part]]
+        lo = sum(part.stop - part.start for part in parts[:me])
+        seqs = vl_sampling.generate(model, rows, [[render(*k)] for k in keys],
                                     preprocessed=True, num_patches=num_patches, key=key,
-                                    row_ids=row_ids[lo:lo + step], **kwargs).sequences()
+                                    row_ids=np.asarray(rids), **kwargs).sequences()
+        out += seqs[lo:lo + parts[me].stop - parts[me].start]
     return out
 
 
@@ -181,8 +178,10 @@ class VLParticleRollout(text_trainer.ParticleRollout):
     def generate(self, model, prompts, tasks, key):
         c = self.config.trainer
         self._images = self.prompts.images(tasks, c.group_size)
-        return generate_vl_rows(model, prompts, self._images, sample_rows(tasks, c.group_size),
-                                key=key, num_patches=self.prompts.num_patches,
+        keys = [(int(t["episode"]), int(t["t"])) for t in tasks for _ in range(c.group_size)]
+        return generate_vl_rows(model, prompts, keys, sample_rows(tasks, c.group_size),
+                                render=self.prompts.image, key=key,
+                                num_patches=self.prompts.num_patches,
                                 max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                                 top_p=c.top_p, stop=list(self.codec.eos_ids),
                                 pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
@@ -214,10 +213,9 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
     rows, true = text_trainer.monitor_rows(config, view, num_rows)
     n = d.num_particles
     ids = [prompts(e, t) for e, t in rows]
-    tasks = [{"episode": e, "t": t} for e, t in rows]
 
     def score(step, model) -> dict:
-        seqs = generate_vl_rows(model, ids, prompts.images(tasks), np.arange(len(ids)),
+        seqs = generate_vl_rows(model, ids, rows, np.arange(len(ids)), render=prompts.image,
                                 key=jax.random.key(config.trainer.seed),
                                 num_patches=prompts.num_patches,
                                 max_new_tokens=config.trainer.max_new_tokens,
@@ -238,14 +236,14 @@ def train_vl(config, progress: bool = True) -> dict:
     params = text_trainer.env_params(config)
     train_eps, test_eps = text_trainer.make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
-    model, codec = build_vl_model(config, run_dir, views=(view, test_view))
+    mesh = text_trainer.make_mesh(config)
+    model, codec = build_vl_model(config, run_dir, views=(view, test_view), mesh=mesh)
     vl = model.config
     prompts = VLPrompts(config, codec, view, vl)
     c = config.trainer
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         c, row_len=vl_row_len(config, prompts, view, c.max_new_tokens), pad_id=codec.pad_id,
         progress=progress and c.progress))
-    mesh = text_trainer.make_mesh(config)
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
     mz = config.mindzero

@@ -418,6 +418,7 @@ class Decoder(nnx.Module):
         return self._logits(h), keys, values
 
 
-def init_decoder(cfg: ModelConfig, seed: int = 0) -> Decoder:
-    """A randomly initialised decoder (tests, benchmarks, training from scratch)."""
-    return Decoder(cfg, rngs=nnx.Rngs(seed))
+def init_decoder(cfg: ModelConfig, seed: int = 0, mesh=None) -> Decoder:
+    """A randomly initialised decoder (tests, benchmarks, training from scratch), created
+    sharded over `mesh` when given."""
+    return parallel.init_sharded(lambda: Decoder(cfg, rngs=nnx.Rngs(seed)), mesh)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import NamedSharding
 
+from jaxtom import parallel
 from jaxtom.models.decoder import LINEARS, Decoder, linear_axes, linear_shape
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -30,15 +32,23 @@ def add_lora(model: Decoder, *, rank: int, alpha: float | None = None,
         raise ValueError("model already has LoRA adapters; merge_lora them first")
     key = jax.random.key(0) if key is None else key
     dtype = jnp.dtype(cfg.param_dtype)
+    sharding = getattr(model.embed_tokens[...], "sharding", None)
+    mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
+
+    def param(value, axes):
+        # a model on a mesh gets its adapters placed beside its weights (a multi-process
+        # mesh accepts no single-device arrays in the update)
+        if mesh is not None:
+            value = jax.device_put(value, parallel.named_sharding(mesh, axes, value.shape))
+        return nnx.LoRAParam(value, logical_axes=axes)
+
     for target, k in zip(targets, jax.random.split(key, len(targets))):
         d_in, d_out = linear_shape(cfg, target)
         ax_in, ax_out = linear_axes(target)
         a = jax.random.normal(k, (cfg.num_layers, d_in, rank), jnp.float32) / jnp.sqrt(d_in)
-        setattr(layers, target + "_lora_a", nnx.LoRAParam(
-            a.astype(dtype), logical_axes=("layers", ax_in, "lora_rank")))
-        setattr(layers, target + "_lora_b", nnx.LoRAParam(
-            jnp.zeros((cfg.num_layers, rank, d_out), dtype),
-            logical_axes=("layers", "lora_rank", ax_out)))
+        setattr(layers, target + "_lora_a", param(a.astype(dtype), ("layers", ax_in, "lora_rank")))
+        setattr(layers, target + "_lora_b", param(
+            jnp.zeros((cfg.num_layers, rank, d_out), dtype), ("layers", "lora_rank", ax_out)))
     layers.lora_scale = tuple((t, float(alpha if alpha is not None else rank) / rank) for t in targets)
     return model
 

@@ -166,8 +166,10 @@ class Qwen3VL(nnx.Module):
         return lm._logits(h), KVCache(jnp.stack(keys), jnp.stack(values))
 
 
-def init_qwen3_vl(cfg: VLConfig, seed: int = 0) -> Qwen3VL:
-    return Qwen3VL(cfg, rngs=nnx.Rngs(seed))
+def init_qwen3_vl(cfg: VLConfig, seed: int = 0, mesh=None) -> Qwen3VL:
+    """A randomly initialised Qwen3-VL, created sharded over `mesh` when given."""
+    from jaxtom import parallel
+    return parallel.init_sharded(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed)), mesh)
 
 
 def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],

@@ -17,7 +17,6 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxtom import parallel, sampling
-from jaxtom.models.decoder import KVCache
 from jaxtom.models.qwen3_vl import Qwen3VL, prepare_batch
 
 _PREFILL: dict[Any, Any] = {}
@@ -89,14 +88,12 @@ def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequ
     ids[:n, :width] = batch.input_ids[:, :width]
     pos[:, :n, :width] = positions[:, :, :width]
     index[:n, :width] = batch.image_index[:, :width]
-    cache = KVCache.zeros(lm.config, B, S)
-    inputs = (ids, pos, index, batch.vision, np.zeros(B, np.int32))
     mesh = sampling.model_mesh(lm)
+    cache = sampling.zeros_cache(lm.config, B, S, mesh)
+    inputs = (ids, pos, index, batch.vision, np.zeros(B, np.int32))
     if mesh is not None:
         # placed explicitly (several processes accept no host arrays): rows over the batch
         # axes, images replicated
-        cache = jax.device_put(cache, KVCache(sampling.cache_sharding(mesh),
-                                              sampling.cache_sharding(mesh)))
         rows = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
         mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
         rep = NamedSharding(mesh, PartitionSpec())

@@ -244,17 +244,30 @@ class Learner:
 
     # ---- state -------------------------------------------------------------------------
     def init_state(self, model: Decoder, seed: int = 0) -> TrainState:
-        """A TrainState for `model`, placed on the mesh (params are copied, not aliased)."""
+        """A TrainState for `model`, created in its sharded place on the mesh.
+
+        The trained params are copied (the model keeps its own arrays), and the copy, the
+        frozen reference and the optimiser state are written shard by shard by one compiled
+        program, so no device ever holds more than its share of them. Frozen weights (the
+        base under LoRA) are not copied: they stay where the model has them, or are placed
+        on the mesh once."""
         _, params, frozen = self._split(model)
-        params = jax.tree.map(jnp.array, params)
-        ref = jax.tree.map(jnp.array, params) if self.reference == "frozen_copy" else None
-        opt_state = self.tx.init(_as_float32(params))  # Adam moments float32 in every mode
-        if self.cfg.compensated_updates:
-            opt_state = (opt_state, jax.tree.map(jnp.zeros_like, params))
-        state = TrainState(step=jnp.int32(0), params=params, frozen=frozen, ref_params=ref,
-                           opt_state=opt_state,
-                           rng=jax.random.key_data(jax.random.key(seed)))
-        return jax.device_put(state, self.state_shardings(state))
+        rng = jax.random.key_data(jax.random.key(seed))
+
+        def build(params):
+            copy = jax.tree.map(jnp.copy, params)  # a new buffer, never the model's
+            ref = jax.tree.map(jnp.copy, params) if self.reference == "frozen_copy" else None
+            opt_state = self.tx.init(_as_float32(params))  # Adam moments float32 in every mode
+            if self.cfg.compensated_updates:
+                opt_state = (opt_state, jax.tree.map(jnp.zeros_like, params))
+            return TrainState(step=jnp.int32(0), params=copy, frozen=None, ref_params=ref,
+                              opt_state=opt_state, rng=rng)
+
+        shardings = self.state_shardings(jax.eval_shape(build, params))
+        params = jax.device_put(params, shardings.params)  # no-op where already placed
+        frozen = jax.device_put(frozen, self.state_shardings(frozen))
+        state = jax.jit(build, out_shardings=shardings)(params)
+        return state.replace(frozen=frozen)
 
     def state_shardings(self, state: TrainState):
         return _tree_shardings(state, self.mesh, self.rules)

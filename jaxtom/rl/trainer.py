@@ -236,6 +236,8 @@ class Trainer:
     def __init__(self, model: Decoder, tasks: Sequence[dict], rollout_fn: RolloutFn,
                  step_cfg: StepConfig, cfg: TrainerConfig, mesh=None,
                  eval_hooks: Sequence[Callable[[int, Decoder], dict]] = (), desc: str = "train"):
+        # the starting model, held only until `run` builds the train state from it (the
+        # state's params are a sharded copy; the Trainer keeps no second one for the run)
         self.model0, self.tasks, self.rollout_fn = model, list(tasks), rollout_fn
         self.cfg, self.eval_hooks, self.desc = cfg, list(eval_hooks), desc
         self.learner = Learner(model, step_cfg, mesh=mesh)
@@ -246,7 +248,11 @@ class Trainer:
         cfg = self.cfg
         workdir = Path(cfg.workdir)
         ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
+        if self.model0 is None:
+            raise RuntimeError("Trainer.run was already called: it starts from the model the "
+                               "Trainer was built with, which it does not keep; build a new one")
         state = self.learner.init_state(self.model0, seed=cfg.seed)
+        self.model0 = None
         data = TaskStream(self.tasks, cfg.prompts_per_step, cfg.seed)
         if ckpt.latest_step() is not None:
             state, data_state = ckpt.restore(state)

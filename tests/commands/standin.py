@@ -27,7 +27,8 @@ def _corpus() -> list[str]:
     return texts
 
 
-def write_standin(path: str | Path, vocab_size: int = 4096) -> Path:
+def write_standin(path: str | Path, vocab_size: int = 4096, family: str = "qwen3") -> Path:
+    """The stand-in as `family`'s architecture ("qwen3": q/k norm; "llama": none)."""
     from jaxtom.models import init_decoder, save_pretrained
     from jaxtom.models.config import ModelConfig
     path = Path(path)
@@ -41,9 +42,9 @@ def write_standin(path: str | Path, vocab_size: int = 4096) -> Path:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     bpe.save(str(path / "tokenizer.json"))
     eos = (bpe.token_to_id("<|im_end|>"), bpe.token_to_id("<|endoftext|>"))
-    cfg = ModelConfig(family="qwen3", vocab_size=bpe.get_vocab_size(), hidden_size=32,
+    cfg = ModelConfig(family=family, vocab_size=bpe.get_vocab_size(), hidden_size=32,
                       intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                      head_dim=8, qk_norm=True, max_position_embeddings=32768,
+                      head_dim=8, qk_norm=family == "qwen3", max_position_embeddings=32768,
                       eos_token_ids=eos)
     save_pretrained(init_decoder(cfg, seed=0), path)
     return path

@@ -85,7 +85,7 @@ def metrics(workdir: Path):
     return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-def run_tolerances(args) -> tuple[dict, dict]:
+def run_tolerances(args, model=None) -> tuple[dict, dict]:
     """(relative bound per kind of metric, kwargs of adam_trajectory_tol) for the run `args`
     configures. Both runs sample the same tokens, so what differs is float32 rounding in
     another reduction order (tests/tolerance.py): a loss, KL or reward is within a
@@ -98,7 +98,7 @@ def run_tolerances(args) -> tuple[dict, dict]:
     from tests.rl.common import gradient_tol
 
     cfg = load_config(args[0], args[1:])
-    m, t = cfg.model, cfg.trainer
+    m, t = (model or cfg.model), cfg.trainer  # `model`: the checkpoint's sizes, when loaded
     model = SimpleNamespace(**{k: getattr(m, k) for k in (
         "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
         "head_dim")}, qk_norm=m.family == "qwen3")
@@ -112,8 +112,8 @@ def run_tolerances(args) -> tuple[dict, dict]:
     return rel, dict(updates=cfg.step.updates_per_batch, learning_rate=cfg.step.learning_rate)
 
 
-def assert_same_run(a: Path, b: Path, step: int, args):
-    rel, adam = run_tolerances(args)
+def assert_same_run(a: Path, b: Path, step: int, args, model=None):
+    rel, adam = run_tolerances(args, model)
     ma, mb = metrics(a), metrics(b)
     assert [m["step"] for m in ma] == [m["step"] for m in mb] == list(range(1, step + 1))
     for x, y in zip(ma, mb):

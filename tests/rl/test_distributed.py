@@ -25,5 +25,8 @@ def test_rows_per_call_does_not_change_the_samples():
 def test_single_process_helpers_are_local():
     assert distributed.max_over_processes(5) == 5
     assert distributed.weighted_mean({"a": 2.0}, 3) == {"a": 2.0}
-    model = tiny_model(seed=0)
-    assert distributed.local_replica(model) is model
+    assert distributed.gather_objects({"a": 1}) == [{"a": 1}]
+    assert distributed.gather_token_lists([[1, 2], [3]]) == [[[1, 2], [3]]]
+    calls = distributed.call_slices([5, 2], rows_per_call=2)
+    assert calls == [[slice(0, 2), slice(0, 2)], [slice(2, 4), slice(2, 2)],
+                     [slice(4, 5), slice(2, 2)]]

@@ -1,0 +1,89 @@
+"""Every paper config starts where its users run it: `jaxtom train` as 2 processes x 4
+simulated CPU devices, loading a saved Hugging Face checkpoint (a scaled-down random model of
+the config's family, written by `save_pretrained` and read through the normal loading path
+into the run's mesh), reaches the metrics and parameters of 1 process x 8 devices; SIGKILL of
+both processes after a checkpoint, then the same command again, ends identical to the
+uninterrupted run.
+
+Two configs (a MindZero one and a CToM one) run in the default suite; the rest under
+`-m slow` (each is four multi-process launches: minutes on 2 cores).
+"""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.commands.test_every_config import CONFIGS, _overrides, needs_checkpoint
+from tests.commands.test_multiprocess import assert_same_run, checkpoint, finish, launch
+
+PAPER = [p for p in CONFIGS if needs_checkpoint(p)]
+DEFAULT = ("mindzero_gridworld_qwen3_4b", "ctom_math_qwen3_8b")
+
+
+def _family(path: str) -> str:
+    name = Path(path).stem
+    return "vl" if "qwen3vl" in name else "llama" if "llama" in name else "qwen3"
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    """Stand-in checkpoints, one per architecture family, written once per module."""
+    from tests.commands.standin import write_standin, write_vl_standin
+    root = tmp_path_factory.mktemp("standins")
+    return {"qwen3": lambda: write_standin(root / "qwen3"),
+            "llama": lambda: write_standin(root / "llama", family="llama"),
+            "vl": lambda: write_vl_standin(root / "vl")}
+
+
+def _args(path: str, standin: Path) -> list[str]:
+    """The config with test sizes (tests/commands/test_every_config.py), a checkpoint every
+    step, and `model.path` the stand-in of its family."""
+    out = [a for a in _overrides(path, standin, Path("unused"))
+           if not a.startswith(("trainer.workdir=", "model.path=", "trainer.checkpoint_every="))]
+    return [path, *out, f"model.path={standin}", "trainer.checkpoint_every=1",
+            "trainer.keep_checkpoints=5"]
+
+
+def _text_config(standin: Path):
+    """The loaded checkpoint's text-model sizes (what the tolerances scale with)."""
+    cfg = json.loads((standin / "config.json").read_text())
+    from jaxtom.models.config import config_from_hf_dict
+    return config_from_hf_dict(cfg.get("text_config", cfg))
+
+
+def _params():
+    return [pytest.param(p, id=Path(p).stem, marks=() if Path(p).stem in DEFAULT
+                         else pytest.mark.slow) for p in PAPER]
+
+
+@pytest.mark.parametrize("path", _params())
+def test_paper_config_on_two_processes_equals_one_and_resumes(path, standins, tmp_path):
+    standin = standins[_family(path)]()
+    args = _args(path, standin)
+    phase = "ssrl" if Path(path).stem.startswith("mindzero") else ""
+    single, multi, killed = tmp_path / "single", tmp_path / "multi", tmp_path / "killed"
+    finish(launch(args, single, nproc=1, devices=8))
+    finish(launch(args, multi, nproc=2, devices=8))
+    assert_same_run(single / phase, multi / phase, 2, args, model=_text_config(standin))
+
+    procs = launch(args, killed, nproc=2, devices=8)
+    first = killed / phase / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
+    deadline = time.time() + 900
+    while not first.exists():
+        assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+    assert not (killed / phase / "checkpoints" / "2").exists()  # really killed mid-run
+    finish(launch(args, killed, nproc=2, devices=8))
+    (pa, da), (pb, db) = checkpoint(multi / phase, 2), checkpoint(killed / phase, 2)
+    assert da == db
+    for k in pa:
+        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
