@@ -64,7 +64,10 @@ def run_and_compare(args, tmp_path: Path):
         np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
 
 
+@pytest.mark.slow  # 7 JAX launches; the default suite's CToM multi-process run is
+# tests/commands/test_paper_multiprocess.py (ctom_math_qwen3_8b, 2 x 4 devices)
 def test_math_two_processes_equal_one_and_resume_after_sigkill(standin, tmp_path):
+    """Two rounds (ASK / DRAFT, simulator replies between them), kept caches, targets."""
     run_and_compare(ctom_args("configs/ctom_math_smollm2.py", standin), tmp_path)
 
 
