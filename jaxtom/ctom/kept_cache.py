@@ -80,6 +80,18 @@ def _programs(mesh: Mesh | None):
             jax.jit(_scatter, donate_argnums=(0,), out_shardings=out))
 
 
+def device_bytes(cfg, conversations: int, slots: int, mesh: Mesh | None = None) -> int:
+    """Bytes each device holds of a store of `conversations` x `slots` (as `KeptCaches`
+    sizes it: rows rounded up to data x fsdp) for `jaxtom plan`-style estimates: the store
+    lives through a whole rollout beside the sampler's own cache. Unsharded: the total."""
+    dp = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    tensor = 1 if mesh is None else mesh.shape["tensor"]
+    rows = sampling.bucket(conversations, 1, dp) // dp
+    heads = -(-cfg.num_kv_heads // tensor)
+    return 2 * cfg.num_layers * rows * heads * slots * cfg.head_dim * jnp.dtype(
+        cfg.compute_dtype).itemsize
+
+
 class KeptCaches:
     """Per-conversation KV caches for `sampling.generate`, reused by longest token prefix."""
 

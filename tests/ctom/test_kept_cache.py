@@ -157,6 +157,7 @@ import json
 import jax, numpy as np
 from flax import nnx
 from jaxtom import parallel, sampling
+from jaxtom.ctom import kept_cache
 from jaxtom.ctom.kept_cache import KeptCaches
 from jaxtom.models import init_decoder
 from jaxtom.models.config import ModelConfig
@@ -192,7 +193,8 @@ for call, convs in enumerate([[0, 1], [3, 4, 5, 6, 7, 9], [0, 1]]):
     out["calls"].append(dict(
         same=seqs["plain"] == seqs["sharded"], shape=list(store.k.shape),
         equivalent=all(a.sharding.is_equivalent_to(want, a.ndim) for a in (store.k, store.v)),
-        store_bytes=store.k.nbytes + store.v.nbytes, per_device=sorted(per_device.values())))
+        store_bytes=store.k.nbytes + store.v.nbytes, per_device=sorted(per_device.values()),
+        planned=kept_cache.device_bytes(cfg, max(contexts) + 1, store.k.shape[3], mesh)))
 print("RESULT " + json.dumps(out))
 """
 
@@ -208,3 +210,4 @@ def test_store_is_sharded_like_the_kv_cache_on_8_devices():
     for c in out["calls"]:
         assert c["same"] and c["equivalent"], c
         assert c["per_device"] == [c["store_bytes"] // 8] * 8, c
+    assert out["calls"][-1]["planned"] == out["calls"][-1]["per_device"][0]
