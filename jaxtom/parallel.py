@@ -202,19 +202,52 @@ def run_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1) -> Mesh:
     return make_mesh(data, fsdp, tensor, devices=jax.devices()[:math.prod(sizes)])
 
 
+DISTRIBUTED_ENV = "JAXTOM_DISTRIBUTED"
+# variables a launcher sets when the run spans several processes (GKE TPU, SLURM, Open MPI)
+_CLUSTER_VARS = ("JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES", "SLURM_NTASKS",
+                 "OMPI_COMM_WORLD_SIZE")
+
+
+def on_tpu_vm() -> bool:
+    """Whether JAX found TPU chips and libtpu on this host when it was imported (a Cloud TPU
+    VM), unless `JAX_PLATFORMS` rules TPUs out. Read from JAX's own import-time check, so no
+    backend is started; `JAXTOM_DISTRIBUTED=1` is the switch that works whatever JAX exposes.
+    """
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+    if platforms and "tpu" not in platforms.split(","):
+        return False  # e.g. CPU tests on a TPU VM: one process, no pod to join
+    try:
+        from jax._src import cloud_tpu_init
+    except ImportError:
+        return False
+    return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
+
+
 def initialize_distributed(coordinator_address: str | None = None,
                            num_processes: int | None = None,
                            process_id: int | None = None) -> bool:
-    """Starts multi-host JAX when asked to or when the launcher set the usual variables.
+    """Starts multi-host JAX when asked to or when the host says it is part of a cluster.
 
-    Returns True when `jax.distributed.initialize` was called. Single-host runs skip it.
+    Triggers, in order: `JAXTOM_DISTRIBUTED=0` never starts it, `=1` always does (what
+    launch/tpu_pod.sh sets); explicit arguments; the variables of a multi-process launcher
+    (JAX_COORDINATOR_ADDRESS, GKE's TPU_WORKER_HOSTNAMES, SLURM with more than one task, Open
+    MPI); a Cloud TPU VM, where `jax.distributed.initialize()` reads the slice's workers from
+    the TPU metadata (one worker is a slice of one process). Arguments left None are
+    detected by JAX. Returns True when `jax.distributed.initialize` was called.
     """
-    env_says = any(k in os.environ for k in ("JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES",
-                                              "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
-    if coordinator_address is None and num_processes is None and not env_says:
+    flag = os.environ.get(DISTRIBUTED_ENV, "").strip()
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"{DISTRIBUTED_ENV}={flag!r}: expected 1 (start jax.distributed), "
+                         "0 (never) or unset (detect)")
+    if flag == "0":
         return False
-    if env_says and os.environ.get("SLURM_NTASKS") == "1":
-        return False
+    explicit = coordinator_address is not None or num_processes is not None
+    env_says = any(k in os.environ for k in _CLUSTER_VARS)
+    if flag != "1":
+        if env_says and os.environ.get("SLURM_NTASKS") == "1":
+            return False  # a one-task SLURM job is a single process
+        if not (explicit or env_says or on_tpu_vm()):
+            return False
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
     return True

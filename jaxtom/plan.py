@@ -73,13 +73,9 @@ def rollout_rows(config) -> int:
 
 
 def padded_rows(rows: int, learner) -> int:
-    """`rows` padded as the update pads them (to `Learner.row_multiple`: data x fsdp x
-    micro_batches x ppo_mini_batches); padding rows compute like real ones."""
-    mesh, cfg = learner.mesh, learner.cfg
-    multiple = getattr(learner, "row_multiple", None) or (
-        mesh.shape["data"] * mesh.shape["fsdp"] * cfg.micro_batches
-        * getattr(cfg, "ppo_mini_batches", 1))
-    return -(-rows // multiple) * multiple
+    """`rows` padded as the update pads them (`Learner.padded_rows`: a multiple of data x
+    fsdp x ppo_mini_batches); padding rows compute like real ones."""
+    return learner.padded_rows(rows)
 
 
 def model_dtypes(model_section) -> tuple[str, str]:
@@ -266,7 +262,7 @@ def prediction_rows(config) -> tuple[int, int] | None:
             int(getattr(section, "pred_row_len", 0) or config.trainer.row_len))
 
 
-def _abstract_batch(config, mcfg, rows: int, multiple: int):
+def _abstract_batch(config, mcfg, rows: int, pad):
     import jax
     import jax.numpy as jnp
 
@@ -279,7 +275,7 @@ def _abstract_batch(config, mcfg, rows: int, multiple: int):
     prediction = None
     pred = prediction_rows(config)
     if pred and pred[0]:  # padded like the policy rows (`jaxtom.rl.batch.pad_rows`)
-        shape = (-(-pred[0] // multiple) * multiple, pred[1])
+        shape = (pad(pred[0]), pred[1])
         p_i32, p_f32 = (jax.ShapeDtypeStruct(shape, d) for d in (jnp.int32, jnp.float32))
         prediction = PredictionBatch(tokens=p_i32, positions=p_i32, segment_ids=p_i32,
                                      target_mask=p_f32)
@@ -314,7 +310,7 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
     state = jax.eval_shape(lambda: learner.init_state(build(), seed=0))
     state = _with_shardings(state, learner.state_shardings(state))
     rows = padded_rows(rollout_rows(config), learner)
-    batch = _abstract_batch(config, mcfg, rows, padded_rows(1, learner))
+    batch = _abstract_batch(config, mcfg, rows, learner.padded_rows)
     batch = _with_shardings(batch, learner.batch_shardings(batch))
     # the jit Learner.update builds: same shardings, state donated, one program per rollout
     state_sh = jax.tree.map(lambda x: x.sharding, state)
@@ -333,7 +329,7 @@ def plan_update(config, mcfg, mesh) -> dict[str, Any]:
               "train_state": device_bytes(state), "batch": device_bytes(batch)}
     xla = xla_memory(compiled)
     s, dp = config.step, mesh.shape["data"] * mesh.shape["fsdp"]
-    per_micro = rows // (dp * s.micro_batches * getattr(s, "ppo_mini_batches", 1))
+    per_micro = rows // (dp * s.ppo_mini_batches * learner.row_split(rows)[1])
     pred = prediction_rows(config)
     p_rows, p_len = batch.prediction.tokens.shape if batch.prediction is not None else (0, 0)
     return {"rows": rows, "row_len": config.trainer.row_len, "compile_seconds": seconds,

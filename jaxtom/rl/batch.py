@@ -251,18 +251,51 @@ def _pad_leading(x, rows: int, fill):
     return xp.concatenate([x, pad], axis=0)
 
 
-def pad_rows(batch: Batch, multiple: int, *, min_rows: int = 0,
-             min_prediction_rows: int = 0) -> Batch:
-    """Appends empty rows so the policy rows and the prediction rows are each a multiple of
-    `multiple` (and at least `min_rows` / `min_prediction_rows`).
+def update_rows(rows: int, devices: int, mini_batches: int = 1, micro_cap: int = 1, *,
+                multiple_of: int = 1) -> tuple[int, int]:
+    """(padded rows, micro-batches) for an update of `rows` rows on `devices` data-parallel
+    devices with `mini_batches` optimiser updates and at most `micro_cap` micro-batches.
+
+    Each mini-batch must split evenly over the devices, and each device's share of it into
+    the micro-batches: with p = ceil(rows / (devices * mini_batches)) rows per device per
+    mini-batch, a micro-batch holds s = ceil(p / micro_cap) rows per device (what the cap
+    asks for) and there are m = ceil(p / s) <= min(micro_cap, p) of them. Padding is then
+    under one row per device per mini-batch plus under s per device per mini-batch, not a
+    multiple of the cap: 1024 rows on 256 devices with 4 mini-batches stay 1024 (m = 1).
+    The update is the same for any m (the module docstring of `jaxtom.rl.step`), so m is
+    only the memory knob, chosen statically from shapes. The padded count is a fixed point
+    (`update_rows(padded, ...)[0] == padded`), and a multiple of `multiple_of` (processes
+    each taking an equal block of rows). `rows == 0` stays 0 (one micro-batch).
+    """
+    for name, value in (("rows", rows), ("devices", devices), ("mini_batches", mini_batches),
+                        ("micro_cap", micro_cap), ("multiple_of", multiple_of)):
+        least = 0 if name == "rows" else 1
+        if not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"update_rows: {name} must be an int >= {least}, got {value!r}")
+    if rows == 0:
+        return 0, 1
+    block = devices * mini_batches
+    per = -(-rows // block)
+    while True:  # ends: at per = micro_cap * k * multiple_of the padded count divides
+        size = -(-per // micro_cap)
+        micro = -(-per // size)
+        padded = block * micro * size
+        if padded % multiple_of == 0:
+            return int(padded), int(micro)
+        per = micro * size + 1
+
+
+def pad_rows_to(batch: Batch, rows: int, prediction_rows: int | None = None) -> Batch:
+    """Appends empty rows so `batch` has exactly `rows` policy rows and `prediction_rows`
+    prediction rows (None: as many as it has); fewer than it holds is an error.
 
     Padding rows have zero masks, advantages and segment ids (group id -1), so they add
     nothing to any loss, count or gradient: the mesh and micro-/mini-batch splits then never
     need the rollout to produce a particular number of rows.
     """
-    if not isinstance(multiple, int) or multiple < 1:
-        raise ValueError(f"pad_rows: multiple must be a positive int, got {multiple!r}")
-    rows = _round_up(max(batch.tokens.shape[0], min_rows), multiple)
+    have = batch.tokens.shape[0]
+    if rows < have:
+        raise ValueError(f"pad_rows_to: the batch has {have} rows, more than the {rows} asked")
     fills = {"group_ids": -1, "image_index": -1}
     out = {f.name: (None if getattr(batch, f.name) is None or f.name == "prediction" else
                     jax.tree.map(lambda x, fill=fills.get(f.name, 0): _pad_leading(x, rows, fill),
@@ -270,9 +303,25 @@ def pad_rows(batch: Batch, multiple: int, *, min_rows: int = 0,
            for f in dataclasses.fields(batch)}
     if batch.prediction is not None:
         p = batch.prediction
-        prows = _round_up(max(p.tokens.shape[0], min_prediction_rows), multiple)
+        prows = p.tokens.shape[0] if prediction_rows is None else prediction_rows
+        if prows < p.tokens.shape[0]:
+            raise ValueError(f"pad_rows_to: the batch has {p.tokens.shape[0]} prediction rows, "
+                             f"more than the {prows} asked")
         out["prediction"] = jax.tree.map(lambda x: _pad_leading(x, prows, 0), p)
     return Batch(**out)
+
+
+def pad_rows(batch: Batch, multiple: int, *, min_rows: int = 0,
+             min_prediction_rows: int = 0) -> Batch:
+    """`pad_rows_to` a multiple of `multiple` policy rows and prediction rows (each at least
+    `min_rows` / `min_prediction_rows`)."""
+    if not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"pad_rows: multiple must be a positive int, got {multiple!r}")
+    rows = _round_up(max(batch.tokens.shape[0], min_rows), multiple)
+    p = batch.prediction
+    prows = None if p is None else _round_up(max(p.tokens.shape[0], min_prediction_rows),
+                                             multiple)
+    return pad_rows_to(batch, rows, prows)
 
 
 def split_rows(tree, parts: int):

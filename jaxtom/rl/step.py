@@ -3,16 +3,22 @@
 A rollout batch is split into `ppo_mini_batches` mini-batches, and each of `ppo_epochs`
 epochs takes one optimiser update per mini-batch (a `lax.scan` inside the one program), with
 old log-probs scored once by the rollout policy so the ratio and both clips act from the
-second update on. Rows are padded (never rejected) to the multiple the mesh and the splits
-need; padding rows carry no mask and change nothing.
+second update on. Rows are padded (never rejected) to what the mesh and the mini-batches
+need: each mini-batch splits evenly over the data x fsdp devices, so a rollout batch pads to
+a multiple of data x fsdp x ppo_mini_batches, not of the slice times the micro-batches
+(`batch.update_rows`); padding rows carry no mask and change nothing.
 
 Each update takes two gradients from two forwards: g_grpo of `L_GRPO - lambda_H H` on the
 mini-batch's policy rows, g_pred of `L_pred` on its prediction rows, caps the latter with
 eta (CToM eq. 7), then clips by global norm and applies AdamW. Losses are token means over
 the mini-batch (as verl / EasyR1 take them), accumulated as sums over micro-batches and
 divided by counts taken from the whole mini-batch, so any micro-batch split gives the same
-update. A mini-batch with nothing to learn from (or non-finite gradients) leaves params and
-optimiser state untouched.
+update. `micro_batches` is therefore a cap, a memory knob: a device holding fewer rows of a
+mini-batch than the cap takes one micro-batch per row, chosen from the shapes when the
+program is compiled. Policy rows and prediction rows are split separately (their two
+gradients come from separate forwards), each with its own micro-batch count. A mini-batch
+with nothing to learn from (or non-finite gradients) leaves params and optimiser state
+untouched.
 
 Log-probs come from the decoder's final hidden states through `logprobs`: only the positions a
 loss reads (policy and decision tokens, prediction targets) are scored, a vocabulary chunk at
@@ -24,7 +30,6 @@ width, read from the batch's masks on the host when the step is called and bucke
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -37,7 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtom import parallel
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import logprobs, losses
-from jaxtom.rl.batch import Batch, merge_rows, pad_rows, split_rows
+from jaxtom.rl.batch import Batch, merge_rows, pad_rows_to, split_rows, update_rows
 from jaxtom.rl.gradients import combine_gradients, compensated_add, global_norm
 
 REFERENCES = ("frozen_copy", "lora_disabled", "batch", "none")
@@ -81,7 +86,9 @@ class StepConfig:
     adam_b1: float = 0.9
     adam_b2: float = 0.999
     adam_eps: float = 1e-8
-    micro_batches: int = 1  # gradient accumulation inside one update (same update for any value)
+    # gradient accumulation inside one update, at most this many micro-batches (fewer when a
+    # device holds fewer rows of a mini-batch); the same update for any value
+    micro_batches: int = 1
     ppo_mini_batches: int = 1  # optimiser updates per rollout batch and epoch
     ppo_epochs: int = 1  # passes over the rollout batch
     # bf16 (param_dtype) weights: add each update with Kahan compensation (see below)
@@ -210,6 +217,20 @@ def _scored(batch: Batch) -> jax.Array:
     return hit if batch.decision_mask is None else hit | (batch.decision_mask > 0)
 
 
+def _accumulate(fn, tree, micro: int):
+    """The sum of `fn` over `micro` interleaved row splits of `tree` (a scan; no loop for 1)."""
+    if micro == 1:
+        return fn(tree)
+    parts = split_rows(tree, micro)
+    shapes = jax.eval_shape(fn, jax.tree.map(lambda x: x[0], parts))
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def body(acc, part):
+        return jax.tree.map(jnp.add, acc, fn(part)), None
+
+    return jax.lax.scan(body, zeros, parts)[0]
+
+
 class Learner:
     """Owns the static parts of training (graph, optimiser, mesh) and the compiled step."""
 
@@ -277,28 +298,57 @@ class Learner:
                             batch)
 
     @property
+    def data_parallel(self) -> int:
+        """Devices the batch rows are split over: data x fsdp."""
+        return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+
+    @property
     def row_multiple(self) -> int:
-        """Rows (and prediction rows) per update call are padded to a multiple of this:
-        data-parallel size x micro_batches x ppo_mini_batches."""
-        dp = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-        return dp * self.cfg.micro_batches * self.cfg.ppo_mini_batches
+        """Every padded row count (policy or prediction rows) is a multiple of this: data x
+        fsdp x ppo_mini_batches; `row_split` gives the exact count."""
+        return self.data_parallel * self.cfg.ppo_mini_batches
+
+    def row_split(self, rows: int, mini_batches: int | None = None,
+                  multiple_of: int = 1) -> tuple[int, int]:
+        """(padded rows, micro-batches) the update uses for `rows` policy (or prediction)
+        rows split into `mini_batches` (default `ppo_mini_batches`): `batch.update_rows`
+        with `micro_batches` as the cap."""
+        n = self.cfg.ppo_mini_batches if mini_batches is None else mini_batches
+        return update_rows(rows, self.data_parallel, n, self.cfg.micro_batches,
+                           multiple_of=multiple_of)
+
+    def padded_rows(self, rows: int) -> int:
+        """How many rows an update of `rows` policy (or prediction) rows computes."""
+        return self.row_split(rows)[0]
+
+    def _micro(self, rows: int) -> int:
+        """Micro-batches of a mini-batch of `rows` rows (already padded: a fixed point)."""
+        padded, micro = self.row_split(rows, 1)
+        if padded != rows:
+            raise ValueError(f"a mini-batch of {rows} rows is not padded for the mesh "
+                             f"({self.data_parallel} data x fsdp devices): expected {padded}")
+        return micro
 
     def put_batch(self, local_batch: Batch) -> Batch:
         """Global batch from this process's rows (all rows on a single process), padded.
 
-        Each process pads its rows to its share of `row_multiple`; processes whose rollouts
-        packed into different row counts agree on the largest (one small host all-gather).
+        Processes whose rollouts packed into different row counts agree on the largest
+        (one small host all-gather); the global count is `row_split` of that times the
+        processes (kept a multiple of them), and each process pads its rows to its equal
+        block of it. Padding rows carry no mask, so a process with fewer real rows simply
+        holds more padding.
         """
         nproc = jax.process_count()
-        local_multiple = self.row_multiple // math.gcd(self.row_multiple, nproc)
         rows = local_batch.tokens.shape[0]
         prows = 0 if local_batch.prediction is None else local_batch.prediction.tokens.shape[0]
         if nproc > 1:
             from jax.experimental import multihost_utils
             counts = np.asarray(multihost_utils.process_allgather(np.asarray([rows, prows])))
             rows, prows = (int(c) for c in counts.reshape(-1, 2).max(axis=0))
-        local = pad_rows(jax.tree.map(np.asarray, local_batch), local_multiple,
-                         min_rows=rows, min_prediction_rows=prows)
+        total = self.row_split(rows * nproc, multiple_of=nproc)[0]
+        ptotal = self.row_split(prows * nproc, multiple_of=nproc)[0]
+        local = pad_rows_to(jax.tree.map(np.asarray, local_batch), total // nproc,
+                            None if local_batch.prediction is None else ptotal // nproc)
         return jax.tree.map(
             lambda x: jax.make_array_from_process_local_data(
                 parallel.batch_sharding(self.mesh, x.ndim, x.shape[0] * nproc), x),
@@ -312,10 +362,10 @@ class Learner:
         """All optimiser updates for one rollout batch, as one compiled program.
 
         Compiled once per batch structure, shapes and scoring width (`program`); `state` is
-        donated. Rows that are not
-        a multiple of `row_multiple` are padded inside the program (`put_batch` pads first,
-        so its arrays arrive sharded). With several updates per batch, `batch.old_logp` (the
-        sampler's log-probs) is used as given, and scored by the current params when None.
+        donated. Rows not padded as `row_split` asks are padded inside the program
+        (`put_batch` pads first, so its arrays arrive sharded). With several updates per
+        batch, `batch.old_logp` (the sampler's log-probs) is used as given, and scored by the
+        current params when None.
         """
         return self.program(state, batch)(state, batch)
 
@@ -376,10 +426,11 @@ class Learner:
                                  images=_images(mb), parents=mb.parent_ids)
         return jax.lax.stop_gradient(logp)
 
-    def _micro_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool, widths):
+    def _policy_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool, width):
+        """(g_grpo, stats) of one micro-batch of policy rows: its share of the mini-batch's
+        token-mean objective (sums divided by the whole mini-batch's `counts`)."""
         cfg = self.cfg
-        n_policy, n_decision, n_targets = counts
-        width, pwidth = widths
+        n_policy, n_decision, _ = counts
         ref_logp = self._reference_logp(state, params, mb, ref_in_batch, width)
 
         def grpo_objective(params):
@@ -401,18 +452,17 @@ class Learner:
             return objective, stats
 
         (_, stats), g_grpo = jax.value_and_grad(grpo_objective, has_aux=True)(params)
-        g_pred = None
-        if self._uses_prediction(mb):
-            p = mb.prediction
+        return g_grpo, stats
 
-            def pred_objective(params):
-                logp, _ = self._logprobs(params, state.frozen, p.tokens, p.positions,
-                                         p.segment_ids, p.target_mask > 0, pwidth)
-                total, _ = losses.prediction_terms(logp, p.target_mask)
-                return total / jnp.maximum(n_targets, 1.0)
+    def _pred_grads(self, state, params, p, n_targets, pwidth):
+        """(L_pred share, g_pred) of one micro-batch of prediction rows."""
+        def pred_objective(params):
+            logp, _ = self._logprobs(params, state.frozen, p.tokens, p.positions,
+                                     p.segment_ids, p.target_mask > 0, pwidth)
+            total, _ = losses.prediction_terms(logp, p.target_mask)
+            return total / jnp.maximum(n_targets, 1.0)
 
-            stats["pred"], g_pred = jax.value_and_grad(pred_objective)(params)
-        return g_grpo, g_pred, stats
+        return jax.value_and_grad(pred_objective)(params)
 
     def _uses_prediction(self, batch: Batch) -> bool:
         return batch.prediction is not None and self.cfg.lambda_pred != 0
@@ -428,20 +478,16 @@ class Learner:
         n_targets = (jnp.sum(jnp.any(batch.prediction.target_mask > 0, axis=-1))
                      .astype(jnp.float32) if batch.prediction is not None else jnp.float32(0))
         counts = (n_policy, n_decision, n_targets)
-        m = cfg.micro_batches
-        grads = lambda mb: self._micro_grads(state, params, mb, counts, ref_in_batch,  # noqa: E731
-                                             widths)
-        if m == 1:
-            g_grpo, g_pred, stats = grads(batch)
-        else:
-            micro = split_rows(batch, m)
-            shapes = jax.eval_shape(grads, jax.tree.map(lambda x: x[0], micro))
-            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-            def body(acc, mb):
-                return jax.tree.map(jnp.add, acc, grads(mb)), None
-
-            (g_grpo, g_pred, stats), _ = jax.lax.scan(body, zeros, micro)
+        width, pwidth = widths
+        g_grpo, stats = _accumulate(
+            lambda mb: self._policy_grads(state, params, mb, counts, ref_in_batch, width),
+            batch.replace(prediction=None), self._micro(batch.tokens.shape[0]))
+        g_pred = None
+        if self._uses_prediction(batch):
+            p = batch.prediction
+            stats["pred"], g_pred = _accumulate(
+                lambda mb: self._pred_grads(state, params, mb, n_targets, pwidth), p,
+                self._micro(p.tokens.shape[0]))
         if g_pred is not None:
             combined, eta = combine_gradients(g_grpo, g_pred, cfg.lambda_pred)
         else:
@@ -451,18 +497,17 @@ class Learner:
     def gradients(self, state: TrainState, batch: Batch):
         """One update's (combined gradient, eta, g_grpo, g_pred) on the whole batch (as a
         single mini-batch), without updating anything."""
-        multiple = self.row_multiple // self.cfg.ppo_mini_batches
         widths = score_widths(batch)
         key = ("grads", jax.tree.structure(batch), widths)
         if key not in self._compiled:
             self._compiled[key] = jax.jit(
-                lambda s, b: self._gradients(s, s.params, pad_rows(b, multiple), widths)[:4])
+                lambda s, b: self._gradients(s, s.params, self._pad(b, 1), widths)[:4])
         return self._compiled[key](state, batch)
 
     def _score(self, params, frozen, rows: Batch, width: int) -> jax.Array:
         """Log-probs of `rows` [R, T] at their scored positions (no gradient), one
         micro-batch at a time."""
-        m = self.cfg.micro_batches
+        m = self._micro(rows.tokens.shape[0])
         micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, _scored(rows),
                             _images(rows), rows.parent_ids), m)
         out = jax.lax.map(lambda t: self._logprobs(params, frozen, *t[:4], width,
@@ -483,6 +528,13 @@ class Learner:
             ref = score(self._reference_params(state, state.params), minis)
             return minis.replace(ref_logp=ref), True
         return minis, False
+
+    def _pad(self, batch: Batch, mini_batches: int) -> Batch:
+        """`batch` padded as `row_split` asks for `mini_batches` mini-batches (static)."""
+        p = batch.prediction
+        return pad_rows_to(batch, self.row_split(batch.tokens.shape[0], mini_batches)[0],
+                           None if p is None else self.row_split(p.tokens.shape[0],
+                                                                 mini_batches)[0])
 
     def _apply(self, state, params, opt_state, mini: Batch, lr, ref_in_batch, widths):
         """One optimiser update on one mini-batch: (params, opt_state, metrics)."""
@@ -531,7 +583,7 @@ class Learner:
             p = batch.prediction
             widths = (batch.tokens.shape[1], 0 if p is None else p.tokens.shape[1])
         n, updates = cfg.ppo_mini_batches, cfg.updates_per_batch
-        batch = pad_rows(batch, self.row_multiple)
+        batch = self._pad(batch, n)
         minis = split_rows(batch, n)  # [n, rows / n, ...]; prediction rows split alike
         ref_in_batch = False
         if updates > 1:

@@ -161,18 +161,29 @@ class CompletionRollout:
             "completion_len": float(np.mean([len(c) for c in completions]))})
 
 
+def process_share(batch_size: int, processes: int, index: int) -> tuple[int, int]:
+    """(first row, rows) of process `index`'s share of a `batch_size`-record step: the first
+    `batch_size % processes` processes take one record more, so any batch size works."""
+    base, extra = divmod(batch_size, processes)
+    return index * base + min(index, extra), base + (index < extra)
+
+
 class TaskStream:
     """Endless shuffled batches of task records, the same on every process (grain); each
-    process keeps its slice. Records get `row`: their index within the step's batch."""
+    process keeps its contiguous slice (`process_share`: shares differ by at most one
+    record). Records get `row`: their index within the step's global batch, so samples do
+    not depend on the number of processes."""
 
     def __init__(self, tasks: Sequence[dict], batch_size: int, seed: int):
         n = jax.process_count()
-        if batch_size % n:
-            raise ValueError(f"trainer.prompts_per_step={batch_size} must be a multiple of the "
-                             f"number of processes ({n}): each process takes an equal share")
+        if batch_size < n:
+            raise ValueError(f"trainer.prompts_per_step={batch_size} is fewer than the {n} "
+                             "processes: every process needs at least one task record per "
+                             "step; raise prompts_per_step to at least the process count")
         if not tasks:
             raise ValueError("no task records to train on")
-        self.batch_size, self.share = batch_size, batch_size // n
+        self.batch_size = batch_size
+        self.lo, self.share = process_share(batch_size, n, jax.process_index())
         ds = grain.MapDataset.source(list(range(len(tasks))))
         # drop_remainder: an endless stream has no remainder, and without it grain overflows
         # the length of a batch-1 view of an endless dataset
@@ -183,7 +194,7 @@ class TaskStream:
 
     def next_local(self) -> list[dict]:
         idx = next(self.it)
-        lo = jax.process_index() * self.share
+        lo = self.lo
         return [{**self.tasks[int(i)], "row": lo + j}
                 for j, i in enumerate(idx[lo:lo + self.share])]
 

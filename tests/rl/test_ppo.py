@@ -35,7 +35,7 @@ PPO = rl.StepConfig(learning_rate=1e-2, total_steps=2, kl_coef=0.05, lambda_pred
 
 def odd_batch(seed, rows=7, pred_rows=5, off_policy=False):
     """`rows` policy rows (one GRPO group) and `pred_rows` prediction rows: neither divides
-    micro_batches x ppo_mini_batches, as with the CToM paper's rollout-dependent rows.
+    ppo_mini_batches, as with the CToM paper's rollout-dependent rows.
 
     Row i holds rollout i // 3 (rewards per rollout), so every mini-batch (rows k, k+3, ...)
     revisits rollouts an earlier one trained on: a random tiny model barely generalises
@@ -262,9 +262,10 @@ SCRIPT = textwrap.dedent("""
 
 def test_odd_rows_on_four_devices_equal_one(on_policy_run):
     """The fixture's 7/5-row update (padded to 9 on one device) on a 2 x 2 (data, fsdp)
-    mesh, where put_batch pads to 36 = 4-way data x 3 micro x 3 mini."""
+    mesh, where put_batch pads to 12 = 4-way data x 3 mini (one row per device per
+    mini-batch, so one micro-batch of the 3 allowed)."""
     out = run_on_devices(SCRIPT, 4)
-    assert (out["rows"], out["pred_rows"]) == (36, 36)
+    assert (out["rows"], out["pred_rows"]) == (12, 12)
     assert out["q_shards"] == 4  # the weights really are split (fsdp)
     _, state, metrics, _, trace, _ = on_policy_run
     want = params_array(state)
@@ -292,10 +293,10 @@ MULTI = MULTIHOST_PREAMBLE + textwrap.dedent("""
     local = [odd_batch(0, rows=4, pred_rows=3), odd_batch(1, rows=3, pred_rows=2)]
     if nproc > 1:
         batch = learner.put_batch(local[pid])
-    else:  # the layout two processes give: each one's rows padded to its share (18 of 36)
-        parts = [rl.batch.pad_rows(b, 18) for b in local]
+    else:  # the layout two processes give: each one's rows padded to its share (6 of 12)
+        parts = [rl.batch.pad_rows(b, 6) for b in local]
         batch = learner.put_batch(jax.tree.map(lambda *x: np.concatenate(x), *parts))
-    assert batch.tokens.shape[0] == 36 and batch.prediction.tokens.shape[0] == 36
+    assert batch.tokens.shape[0] == 12 and batch.prediction.tokens.shape[0] == 12
     state, metrics = learner.update(state, batch)
     assert float(metrics["skipped"]) == 0.0 and float(metrics["clip_frac_last"]) > 0
     leaves = [multihost_utils.process_allgather(x, tiled=True)

@@ -1,5 +1,5 @@
 """The update step: eta cap against outside gradients, exact GRPO-only path, no-op padding,
-micro-batches, packing, LoRA, and finiteness on degenerate batches."""
+micro-batches (a cap), packing, LoRA, and finiteness on degenerate batches."""
 
 import dataclasses
 
@@ -195,6 +195,24 @@ def test_micro_batches_give_the_same_gradients(learner):
     # combined gradient and eta carry the two norms' sums of squares too
     steps = GRAD_STEPS + 2 * (GRAD_STEPS + len(flat(whole[2])))
     for a, b in zip(whole, split):
+        leaves_close(b, a, steps)
+
+
+def test_padding_rows_leave_gradients_unchanged(learner):
+    """A batch padded to 11 policy / 7 prediction rows (as a process with fewer rows than
+    another is) and then by the update to 12 / 8 for micro_batches=4 (`row_split`: 3 rows
+    per micro-batch, the cap's 4 micro-batches) gives the gradients of the same 6 / 6 rows
+    unpadded in one micro-batch."""
+    model = tiny_model()
+    batch = random_batch(5, num_seqs=6, group=3, num_rows=6)
+    capped = rl.Learner(model, dataclasses.replace(CFG, micro_batches=4))
+    assert learner.row_split(6, 1) == (6, 1) and capped.row_split(11, 1) == (12, 4)
+    assert capped.row_split(7, 1) == (8, 4)
+    state = learner.init_state(model)
+    whole = learner.gradients(state, batch)
+    padded = capped.gradients(state, rl.batch.pad_rows_to(batch, 11, 7))
+    steps = GRAD_STEPS + 2 * (GRAD_STEPS + len(flat(whole[2])))
+    for a, b in zip(whole, padded):
         leaves_close(b, a, steps)
 
 

@@ -134,3 +134,38 @@ def test_explore_kwargs_off_by_default_and_need_markers():
     assert explore_kwargs(on, markers=[9], choices=[3])["explore_tokens"] == (3,)
     with pytest.raises(ValueError, match="needs marker tokens"):
         explore_kwargs(TrainerConfig(explore_temperature=2.0))
+
+
+def test_process_shares_cover_the_batch_once():
+    from jaxtom.rl.trainer import process_share
+    for batch in range(1, 40):
+        for n in range(1, batch + 1):
+            shares = [process_share(batch, n, i) for i in range(n)]
+            assert [lo for lo, _ in shares] == [0] + list(np.cumsum([k for _, k in shares]))[:-1]
+            assert sum(k for _, k in shares) == batch
+            assert max(k for _, k in shares) - min(k for _, k in shares) <= 1
+            assert all(k >= 1 for _, k in shares)
+    assert [process_share(10, 4, i) for i in range(4)] == [(0, 3), (3, 3), (6, 2), (8, 2)]
+
+
+def test_task_stream_splits_any_batch_over_processes(monkeypatch):
+    """10 prompts per step on 4 processes (10 % 4 != 0): each process's records, with their
+    global `row`, concatenate to the one-process stream's batch, step after step."""
+    import jax
+
+    from jaxtom.rl.trainer import TaskStream
+    tasks = [{"id": i} for i in range(23)]
+    whole = TaskStream(tasks, 10, seed=3)
+    want = [whole.next_local() for _ in range(3)]
+    assert [t["row"] for t in want[0]] == list(range(10))
+    monkeypatch.setattr(jax, "process_count", lambda: 4)
+    got = []
+    for pid in range(4):
+        monkeypatch.setattr(jax, "process_index", lambda pid=pid: pid)
+        stream = TaskStream(tasks, 10, seed=3)
+        got.append([stream.next_local() for _ in range(3)])
+    assert [len(got[pid][0]) for pid in range(4)] == [3, 3, 2, 2]
+    for step in range(3):
+        assert [t for pid in range(4) for t in got[pid][step]] == want[step]
+    with pytest.raises(ValueError, match="prompts_per_step=3 is fewer than the 4 processes"):
+        TaskStream(tasks, 3, seed=3)

@@ -1,0 +1,369 @@
+"""The launchers: what `launch/tpu_pod.sh` has every TPU worker run, the triggers of
+`parallel.initialize_distributed`, and `launch/gpu_smoke.py --tiny` end to end on the CPU.
+
+tpu_pod.sh runs against a fake `gcloud` that records its arguments; the `--command` it was
+given is then run by bash here as each worker's login shell would run it, with a fake
+`hostname` (the worker's name) and a fake interpreter that records how it was started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxtom import parallel
+
+ROOT = Path(__file__).resolve().parents[1]
+TPU_POD = ROOT / "launch" / "tpu_pod.sh"
+
+FAKE_GCLOUD = f"""#!{sys.executable}
+import json, os, sys
+with open(os.environ["FAKE_GCLOUD_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+"""
+
+# the worker's interpreter: records argv, cwd, environment and session, prints to its log
+FAKE_PYTHON = f"""#!{sys.executable}
+import json, os, socket, subprocess, sys, time
+host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+print("fake run on", host, flush=True)
+record = dict(argv=sys.argv[1:], cwd=os.getcwd(), env=dict(os.environ), sid=os.getsid(0),
+              pgid=os.getpgid(0), pid=os.getpid())
+path = os.path.join(os.environ["RECORD_DIR"], host + ".json")
+with open(path + ".tmp", "w") as f:
+    json.dump(record, f)
+os.replace(path + ".tmp", path)
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+"""
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def pod(tmp_path):
+    """A fake gcloud on PATH, a fake worker (hostname, python, home) and a clean environment."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / "gcloud", FAKE_GCLOUD)
+    worker_bin = tmp_path / "worker_bin"
+    worker_bin.mkdir()
+    _script(worker_bin / "hostname", "#!/bin/sh\necho \"$FAKE_HOSTNAME\"\n")
+    python = _script(worker_bin / "python-fake", FAKE_PYTHON)
+    home = tmp_path / "home"
+    (home / "jaxtom").mkdir(parents=True)
+    records = tmp_path / "records"
+    records.mkdir()
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TMPDIR") if k in os.environ}
+    env = dict(keep, PATH=f"{bin_dir}:{os.environ['PATH']}",
+               FAKE_GCLOUD_LOG=str(tmp_path / "gcloud.log"), HOME=str(home),
+               PYTHON=str(python))
+
+    class Pod:
+        def __init__(self):
+            self.tmp, self.env, self.home, self.records = tmp_path, env, home, records
+            self.worker_bin = worker_bin
+
+        def launch(self, *args, extra_env=None, check=True):
+            out = subprocess.run(["bash", str(TPU_POD), *args], env=dict(env, **(extra_env or {})),
+                                 capture_output=True, text=True, timeout=30)
+            if check:
+                assert out.returncode == 0, out.stderr
+            return out
+
+        def calls(self):
+            log = tmp_path / "gcloud.log"
+            return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+        def on_worker(self, command: str, host: str, sleep: float = 0.0):
+            """Runs one ssh --command as worker `host`'s login shell would."""
+            wenv = dict(HOME=str(home), PATH=f"{worker_bin}:{os.environ['PATH']}",
+                        FAKE_HOSTNAME=host, RECORD_DIR=str(records), FAKE_SLEEP=str(sleep))
+            return subprocess.run(["bash", "-c", command], env=wenv, capture_output=True,
+                                  text=True, timeout=30)
+
+        def record(self, host: str, timeout: float = 20.0) -> dict:
+            path = records / f"{host}.json"
+            deadline = time.monotonic() + timeout
+            while not path.exists():
+                assert time.monotonic() < deadline, f"worker {host} never started its run"
+                time.sleep(0.05)
+            return json.loads(path.read_text())
+
+    return Pod()
+
+
+def _ssh_command(call: list[str]) -> str:
+    assert call[:4] == ["compute", "tpus", "tpu-vm", "ssh"], call
+    assert "--worker=all" in call, call
+    return call[call.index("--command") + 1]
+
+
+def test_tpu_pod_runs_detached_on_every_worker_with_its_log_and_environment(pod):
+    out = pod.launch("my-v5p-64", "us-east5-a", "configs/mindzero_gridworld_qwen3_4b.py",
+                     "mesh.fsdp=-1", "trainer.workdir=gs://bucket/run 1",
+                     extra_env={"JAXTOM_MODELS": "/mnt/models dir", "XLA_FLAGS": "--xla_a=1",
+                                "LIBTPU_INIT_ARGS": "--tpu_b=2", "MY_FLAG": "x y",
+                                "FORWARD_ENV": "MY_FLAG"})
+    assert "note" not in out.stderr  # a gs:// workdir was given
+    (call,) = pod.calls()
+    assert call[4:7] == ["my-v5p-64", "--zone", "us-east5-a"]
+    command = _ssh_command(call)
+    hosts = ["t1v-n-1-w-0", "t1v-n-1-w-1"]
+    started = time.monotonic()
+    for host in hosts:
+        # detached: the ssh command returns while the run is still going (it sleeps 3 s)
+        done = pod.on_worker(command, host, sleep=3.0)
+        assert done.returncode == 0, done.stderr
+        assert f"{host}: started pid" in done.stdout
+    assert time.monotonic() - started < 3.0
+    for host in hosts:
+        rec = pod.record(host)
+        assert rec["argv"] == ["-m", "jaxtom.cli", "train",
+                               "configs/mindzero_gridworld_qwen3_4b.py", "mesh.fsdp=-1",
+                               "trainer.workdir=gs://bucket/run 1"]
+        assert rec["cwd"] == str(pod.home / "jaxtom")  # REPO_DIR's default, $HOME/jaxtom
+        env = rec["env"]
+        assert env["JAXTOM_DISTRIBUTED"] == "1" and env["JAX_PLATFORMS"] == "tpu"
+        assert env["JAXTOM_MODELS"] == "/mnt/models dir"
+        assert env["XLA_FLAGS"] == "--xla_a=1" and env["LIBTPU_INIT_ARGS"] == "--tpu_b=2"
+        assert env["MY_FLAG"] == "x y"
+        # its own session (setsid), so the ssh session's end does not reach it
+        assert rec["sid"] == rec["pid"] and rec["sid"] != os.getsid(0)
+        logs = pod.home / "jaxtom-logs"
+        assert f"fake run on {host}" in (logs / f"worker-{host}.log").read_text()
+        assert (logs / f"worker-{host}.pid").read_text().strip() == str(rec["pid"])
+
+
+def test_tpu_pod_logs_status_and_stop_reach_the_detached_run(pod):
+    pod.launch("pod", "zone", "configs/toy_cpu.py", extra_env={"REPO_DIR": "$HOME/jaxtom",
+                                                               "LOG_DIR": "$HOME/logs"})
+    out = pod.launch("pod", "zone", "configs/toy_cpu.py")  # no shared workdir: a note
+    assert "note" in out.stderr and "trainer.workdir" in out.stderr
+    start = _ssh_command(pod.calls()[0])
+    assert pod.on_worker(start, "w-0", sleep=60).returncode == 0
+    pid = pod.record("w-0")["pid"]
+    try:
+        # a second start on a worker whose run is going is refused
+        again = pod.on_worker(start, "w-0")
+        assert again.returncode == 1 and "already going" in again.stderr
+        for flag in ("--status", "--logs", "--stop"):
+            pod.launch("pod", "zone", flag, extra_env={"LOG_DIR": "$HOME/logs"})
+        status, logs, stop = (_ssh_command(c) for c in pod.calls()[-3:])
+        assert "w-0: running" in pod.on_worker(status, "w-0").stdout
+        assert "fake run on w-0" in pod.on_worker(logs, "w-0").stdout
+        assert "w-0: stopped" in pod.on_worker(stop, "w-0").stdout
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            assert time.monotonic() < deadline, "--stop left the run going"
+            time.sleep(0.05)
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    stat_file = Path(f"/proc/{pid}/stat")
+    return not (stat_file.exists() and stat_file.read_text().split(")")[-1].split()[0] == "Z")
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (("pod", "zone"), {}, "NAME ZONE CONFIG"),
+    (("pod", "zone", "--bogus"), {}, "unknown option"),
+    (("pod", "zone", "c.py"), {"FORWARD_ENV": "NOT_SET_ANYWHERE"}, "not set in this shell"),
+    (("pod", "zone", "c.py"), {"REPO_DIR": "/a b"}, "REPO_DIR"),
+    (("pod", "zone", "--logs", "many"), {}, "line count"),
+])
+def test_tpu_pod_refuses_bad_invocations_before_calling_gcloud(pod, args, env, message):
+    out = pod.launch(*args, extra_env=env, check=False)
+    assert out.returncode == 2 and message in out.stderr
+    assert pod.calls() == []
+
+
+# ---- parallel.initialize_distributed ----------------------------------------------------
+_TRIGGER_VARS = ("JAXTOM_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES",
+                 "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "JAX_PLATFORMS")
+
+
+@pytest.fixture
+def init_calls(monkeypatch):
+    import jax
+
+    for name in _TRIGGER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(parallel, "on_tpu_vm", lambda: False)
+    return calls
+
+
+NO_ARGS = dict(coordinator_address=None, num_processes=None, process_id=None)
+
+
+@pytest.mark.parametrize("env, tpu_vm, started", [
+    ({}, False, False),                                     # one host, nothing set
+    ({"JAXTOM_DISTRIBUTED": "1"}, False, True),             # tpu_pod.sh's opt-in
+    ({}, True, True),                                       # a Cloud TPU VM, detected
+    ({"JAXTOM_DISTRIBUTED": "0"}, True, False),             # opt-out wins over detection
+    ({"JAXTOM_DISTRIBUTED": "0", "SLURM_NTASKS": "4"}, False, False),
+    ({"TPU_WORKER_HOSTNAMES": "a,b"}, False, True),         # GKE
+    ({"SLURM_NTASKS": "4"}, False, True),
+    ({"SLURM_NTASKS": "1"}, False, False),                  # a one-task SLURM job
+    ({"SLURM_NTASKS": "1", "JAXTOM_DISTRIBUTED": "1"}, False, True),
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, False, True),
+    ({"JAX_COORDINATOR_ADDRESS": "h:1"}, False, True),
+])
+def test_initialize_distributed_triggers(init_calls, monkeypatch, env, tpu_vm, started):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(parallel, "on_tpu_vm", lambda: tpu_vm)
+    assert parallel.initialize_distributed() is started
+    # JAX detects every argument itself (TPU metadata, SLURM, MPI)
+    assert init_calls == ([NO_ARGS] if started else [])
+
+
+def test_initialize_distributed_passes_explicit_arguments(init_calls):
+    assert parallel.initialize_distributed("host0:1234", 4, 2) is True
+    assert init_calls == [dict(coordinator_address="host0:1234", num_processes=4, process_id=2)]
+
+
+def test_initialize_distributed_rejects_an_unknown_switch(init_calls, monkeypatch):
+    monkeypatch.setenv("JAXTOM_DISTRIBUTED", "yes")
+    with pytest.raises(ValueError, match="JAXTOM_DISTRIBUTED='yes'"):
+        parallel.initialize_distributed()
+    assert init_calls == []
+
+
+def test_on_tpu_vm_follows_jax_and_jax_platforms(monkeypatch):
+    from jax._src import cloud_tpu_init
+
+    monkeypatch.setattr(cloud_tpu_init, "running_in_cloud_tpu_vm", True)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    assert parallel.on_tpu_vm() is True
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # e.g. CPU tests on a TPU VM
+    assert parallel.on_tpu_vm() is False
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu,cpu")
+    assert parallel.on_tpu_vm() is True
+    monkeypatch.setattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False)
+    assert parallel.on_tpu_vm() is False
+
+
+# ---- launch/gpu_smoke.py ------------------------------------------------------------------
+def _smoke_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "launch" / "gpu_smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def smoke(monkeypatch):
+    monkeypatch.setenv("JAXTOM_MODELS", str(ROOT / "launch" / "models"))
+    return _smoke_module()
+
+
+def test_gpu_smoke_divides_the_paper_configs_rows_on_one_device(smoke):
+    overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=False, divisor=8)
+    assert overrides[-5:] == ["mesh.data=1", "mesh.fsdp=1", "mesh.tensor=1",
+                              "trainer.prompts_per_step=4", "trainer.rollout_rows=16"]
+    config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
+    assert config.model.path.endswith("launch/models/Qwen3-4B")  # the shipped config.json
+    with pytest.raises(smoke.SmokeError, match="prompts_per_step=32 does not divide by"):
+        smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=False, divisor=3)
+
+
+def test_gpu_smoke_batch_is_the_program_the_plan_compiles(smoke):
+    from jaxtom import plan
+    from jaxtom.rl.step import Learner, score_widths
+
+    overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=True, divisor=8)
+    config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
+    mcfg = plan.model_config(config.model)
+    _, abstract = plan._abstract_model(config, mcfg)
+    learner = Learner(abstract, config.step)
+    rows = plan.rollout_rows(config)
+    batch = smoke.random_batch(config, mcfg, learner, rows, seed=0)
+    want = plan._abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
+    import jax
+    assert (jax.tree.map(lambda x: (x.shape, x.dtype), batch)
+            == jax.tree.map(lambda x: (x.shape, x.dtype), want))
+    # every position scored: the plan's full width, not a narrower program
+    assert score_widths(batch) == (config.trainer.row_len, 0)
+
+
+def test_gpu_smoke_sets_measured_peaks_beside_the_plan(smoke):
+    gib = 1024 ** 3
+    measured = {"rollout": {"padded_rows": 16, "prompt_slots": 1792, "cache_len": 2048},
+                "update": {"padded_rows": 128, "row_len": 2048,
+                           "xla_memory_on_device": {"peak": 90 * gib}},
+                "memory": {"after_init": {"peak_bytes_in_use": 60 * gib},
+                           "after_rollout": {"peak_bytes_in_use": 70 * gib},
+                           "after_update": {"peak_bytes_in_use": 99 * gib}}}
+    predicted = {"update_rows": 128, "update_row_len": 2048, "rollout_rows": 16,
+                 "rollout_prompt_len": 1792, "rollout_cache_len": 2048,
+                 "update_peak_bytes": 100 * gib, "per_device_peak_bytes": 100 * gib,
+                 "rollout_peak_with_train_state_bytes": 80 * gib}
+    out = smoke.compare(measured, predicted)
+    assert out["shapes_match"] is True
+    assert out["rollout"]["measured_over_plan"] == pytest.approx(70 / 80)
+    assert out["update"]["measured_over_plan"] == pytest.approx(0.99)
+    assert out["update_xla_on_device_over_plan"] == pytest.approx(0.9)
+    measured["rollout"]["cache_len"] = 4096
+    assert smoke.compare(measured, predicted)["shapes_match"] is False
+    measured["memory"] = {k: None for k in measured["memory"]}  # CPU: no allocator stats
+    assert "update" not in smoke.compare(measured, predicted)
+    assert smoke.compare(measured, {"error": "plan failed"}) == {}
+
+
+def test_gpu_smoke_reports_a_failure_with_what_it_measured(smoke, monkeypatch, capsys):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+
+    def out_of_memory(config_path, overrides, args, out):
+        out["model"] = {"params": 1}
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes")
+
+    monkeypatch.setattr(smoke, "run", out_of_memory)
+    assert smoke.main(["--tiny", "--no-plan"]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED")
+    assert result["model"] == {"params": 1} and result["versions"]["backend"]
+    assert any(line.startswith("FAILED: RuntimeError") for line in lines)
+
+
+@pytest.mark.slow
+def test_gpu_smoke_tiny_runs_end_to_end_on_cpu_beside_jaxtom_plan(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAXTOM_MODELS"}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, str(ROOT / "launch" / "gpu_smoke.py"), "--tiny"],
+                         env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    r, u = result["rollout"], result["update"]
+    assert r["rows"] == 16 and r["new_tokens"] == 16 * 16  # every row decodes max_new_tokens
+    assert u["rows"] == 128 and u["optimizer_updates"] == 4 and u["metrics_finite"]
+    assert u["seconds"] > 0 and u["mfu"] > 0 and r["tokens_per_s"] > 0
+    assert "error" not in result["plan"], result["plan"]
+    assert result["versus_plan"]["shapes_match"], result["versus_plan"]
+    # the device compiler and the plan compile the same update program (both XLA:CPU here)
+    assert result["versus_plan"]["update_xla_on_device_over_plan"] == pytest.approx(1, rel=0.05)
+    assert result["memory"]["after_update"] is None  # the CPU keeps no allocator statistics
+    assert result["versions"]["backend"] == "cpu" and result["versions"]["jax"]
