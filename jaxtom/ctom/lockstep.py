@@ -22,14 +22,13 @@ next collective. An error on any process is raised on every process.
 
 from __future__ import annotations
 
-import math
 import pickle
 from typing import Callable, Sequence, TypeVar
 
 import jax
 import numpy as np
 
-from jaxtom.rl.batch import Batch, pad_rows
+from jaxtom.rl.batch import Batch, pad_rows_to
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -119,17 +118,30 @@ def shared_simulator(simulator):
     return SharedSimulator(simulator)
 
 
-def process_rows(batch: Batch, row_multiple: int = 1) -> Batch:
+def process_rows(batch: Batch, padded_rows: Callable[[int], int] | None = None) -> Batch:
     """This process's rows of the step's global `batch` (built alike on every process).
 
-    The policy rows and the prediction rows are each padded to a multiple of
-    lcm(row_multiple, processes) and split into equal contiguous blocks in process order,
-    which is how `Learner.put_batch` puts them back together: with the learner's
-    `row_multiple` the global batch is then exactly the one a single process would update
-    on (same rows in the same places, so the same micro- and mini-batches)."""
+    The policy rows and the prediction rows are each padded with empty rows at the end to
+    `padded_rows(rows)` (default: the next multiple of the process count) and split into
+    equal contiguous blocks in process order, which is how `Learner.put_batch` puts them
+    back together. With the learner's own count (`Learner.row_split(rows,
+    multiple_of=processes)`, which `CToMTrainer` passes) put_batch adds no padding between
+    the blocks: every real row keeps the place it has on a single process, so it falls in
+    the same PPO mini-batch (rows are split by index), whatever the process count."""
     n = jax.process_count()
-    multiple = math.lcm(max(int(row_multiple), 1), n)
-    batch = pad_rows(jax.tree.map(np.asarray, batch), multiple)
+    if padded_rows is None:
+        padded_rows = lambda rows: -(-rows // n) * n  # noqa: E731
+    batch = jax.tree.map(np.asarray, batch)
+    pred = batch.prediction
+    total = padded_rows(batch.tokens.shape[0])
+    ptotal = None if pred is None else padded_rows(pred.tokens.shape[0])
+    for what, have, want in (("rows", batch.tokens.shape[0], total),
+                             ("prediction rows", 0 if pred is None else pred.tokens.shape[0],
+                              ptotal or 0)):
+        if want < have or want % n:
+            raise ValueError(f"padded_rows gave {want} {what} for {have}: expected a multiple "
+                             f"of the {n} processes and at least {have}")
+    batch = pad_rows_to(batch, total, ptotal)
     if n == 1:
         return batch
     i = jax.process_index()

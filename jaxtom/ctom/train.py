@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
+import jax
 import numpy as np
 
 from jaxtom.ctom import lockstep
@@ -146,16 +147,17 @@ class ConversationRollout:
     lockstep (the sampler is a collective), shares host results that could differ (simulator
     replies, coding scores), builds the step's whole batch and keeps its block of rows: see
     `jaxtom.ctom.lockstep` for why and what it costs. The samples, metrics and batch are
-    those of one process. `row_multiple` (the learner's; `CToMTrainer` sets it) places the
-    padding rows where a single process's `Learner.put_batch` would.
+    those of one process. `padded_rows(rows)` (the learner's row count for the processes;
+    `CToMTrainer` sets it) pads at the end, so that `Learner.put_batch` adds no padding
+    between the processes' blocks (`lockstep.process_rows`).
     """
 
     def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None,
-                 row_multiple: int = 1):
+                 padded_rows: Callable[[int], int] | None = None):
         self.tok, self.settings, self.cfg = tok, settings, cfg
         self.simulator = simulator or make_simulator(settings)
         self.controller = ControllerConfig.for_domain(settings.domain, **settings.controller)
-        self.row_multiple = row_multiple
+        self.padded_rows = padded_rows
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         cfg, s = self.cfg, self.settings
@@ -188,7 +190,7 @@ class ConversationRollout:
         metrics.update({f"pred/{k}": float(v) for k, v in counts.items()})
         # every process holds the whole step's metrics: the same values with the same count
         # make the trainer's count-weighted mean over processes those values
-        return Rollout(batch=lockstep.process_rows(batch, self.row_multiple), metrics=metrics,
+        return Rollout(batch=lockstep.process_rows(batch, self.padded_rows), metrics=metrics,
                        count=max(len(ok), 1))
 
 
@@ -204,7 +206,8 @@ class CToMTrainer(Trainer):
         rollout = ConversationRollout(tok, settings, cfg, simulator)
         super().__init__(model, task_records(tok, tasks), rollout, step_cfg, cfg, mesh=mesh,
                          desc="ctom")
-        rollout.row_multiple = self.learner.row_multiple
+        nproc = jax.process_count()
+        rollout.padded_rows = lambda rows: self.learner.row_split(rows, multiple_of=nproc)[0]
         self.tok, self.settings = tok, settings
 
 

@@ -56,7 +56,7 @@ SCRIPT = MULTIHOST_PREAMBLE + textwrap.dedent("""
     seqs = [[1 + i] * (3 + i) for i in range(6)]
     batch = pack_sequences(seqs, [[1.0] * len(s) for s in seqs], [0.5] * 6, list(range(6)),
                            num_rows=6, row_len=10)
-    mine = lockstep.process_rows(batch, row_multiple=4)
+    mine = lockstep.process_rows(batch, lambda rows: -(-rows // 4) * 4)
     out["rows"] = np.asarray(mine.tokens).tolist()
     print("RESULT " + json.dumps(out), flush=True)
 """)
