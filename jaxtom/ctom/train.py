@@ -153,9 +153,11 @@ class ConversationRollout:
     """
 
     def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None,
-                 padded_rows: Callable[[int], int] | None = None):
+                 padded_rows: Callable[[int], int] | None = None, mesh=None):
         self.tok, self.settings, self.cfg = tok, settings, cfg
-        self.simulator = simulator or make_simulator(settings)
+        # an in-process LLM simulator is read into the run's mesh: on several processes it is
+        # a collective that every process calls alike (see lockstep.shared_simulator)
+        self.simulator = simulator or make_simulator(settings, mesh=mesh)
         self.controller = ControllerConfig.for_domain(settings.domain, **settings.controller)
         self.padded_rows = padded_rows
 
@@ -203,7 +205,7 @@ class CToMTrainer(Trainer):
 
     def __init__(self, model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
                  simulator=None, mesh=None):
-        rollout = ConversationRollout(tok, settings, cfg, simulator)
+        rollout = ConversationRollout(tok, settings, cfg, simulator, mesh=mesh)
         super().__init__(model, task_records(tok, tasks), rollout, step_cfg, cfg, mesh=mesh,
                          desc="ctom")
         nproc = jax.process_count()
