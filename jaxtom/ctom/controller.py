@@ -292,10 +292,14 @@ def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
 
 def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimulator, tok,
                       cfg: ControllerConfig, *, key: jax.Array, seed: int = 0,
-                      code_scorer=None) -> list[Conversation]:
+                      code_scorer=None, host_map=None) -> list[Conversation]:
     """Runs one conversation per task (repeat a task G times for a GRPO group), batched;
     `cfg.mode` picks the CToM loop or the direct (baseline) one. Conversation i is row id i
-    for the policy; a policy's kept caches are released before and after the run."""
+    for the policy; a policy's kept caches are released before and after the run.
+
+    `host_map(fn, items)` computes `fn(items)` (a list to a list) for work whose result may
+    vary from run to run, the coding sandbox's time limits: on several processes
+    `lockstep.shared_map`, so that it runs once and every process gets the same scores."""
     if cfg.mode == "direct":
         system = system_prompt(cfg.domain, baseline=True)
         gens = [_direct_conversation(t, cfg, tok, system) for t in tasks]
@@ -319,10 +323,25 @@ def run_conversations(tasks: Sequence[Task], policy: Policy, simulator: UserSimu
         _drive(gens, pending, advance, policy, simulator, cfg, key, seed)
     finally:
         release()
+    if host_map is not None:
+        code_scorer = _mapped_code_scorer(results, code_scorer, host_map)
     for conv in results:
         if conv.failed is None:
             score_conversation(conv, cfg, tok, code_scorer)
     return results
+
+
+def _mapped_code_scorer(convs: Sequence[Conversation], code_scorer, host_map):
+    """A code scorer reading scores computed up front by `host_map` (None: no coding)."""
+    pairs = sorted({(c.submission, c.task.tests or "") for c in convs
+                    if c.failed is None and c.task.domain == "coding" and c.submission})
+    if not pairs:
+        return code_scorer
+    if code_scorer is None:
+        from jaxtom.ctom.sandbox import score_coding as code_scorer
+    base = code_scorer
+    table = dict(zip(pairs, host_map(lambda share: [base(c, t) for c, t in share], pairs)))
+    return lambda code, tests: table[(code, tests)]
 
 
 def _drive(gens, pending, advance, policy, simulator, cfg: ControllerConfig, key, seed):

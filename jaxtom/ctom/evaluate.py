@@ -60,6 +60,7 @@ def format_table(name: str, s: dict[str, float]) -> str:
 
 
 def run_eval(config_path: str, overrides=()) -> dict[str, float]:
+    from jaxtom.ctom import lockstep
     from jaxtom.ctom.policies import SamplerPolicy
     from jaxtom.ctom.train import (CToMTrainer, load_ctom_config, load_model_and_tokenizer,
                                    make_simulator)
@@ -82,13 +83,17 @@ def run_eval(config_path: str, overrides=()) -> dict[str, float]:
     cfg = ControllerConfig.for_domain(s.domain, **s.controller)
     policy = SamplerPolicy(model, tok, temperature=config.trainer.temperature,
                            reuse_cache=s.reuse_cache)
+    # on several processes every process runs every conversation (jaxtom.ctom.lockstep)
     convs = run_conversations([t for t in tasks for _ in range(s.eval_conversations)], policy,
-                              make_simulator(s), tok, cfg, key=jax.random.key(config.trainer.seed + 1))
+                              lockstep.shared_simulator(make_simulator(s)), tok, cfg,
+                              key=jax.random.key(config.trainer.seed + 1),
+                              host_map=lockstep.shared_map)
     summary = summarize(convs, tok)
     method = "CToM"
     if cfg.mode == "direct":  # appendix C.2 baselines: untrained vs GRPO-trained
         method = "Prompting Base" if source == "untrained" else "Naive GRPO"
-    print(format_table(f"{method} {s.domain} ({source})", summary))
+    if jax.process_index() == 0:
+        print(format_table(f"{method} {s.domain} ({source})", summary))
     return summary
 
 

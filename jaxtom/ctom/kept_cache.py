@@ -10,7 +10,9 @@ them). Any context is handled correctly; the saving depends on contexts extendin
 
 The caches of all conversations live in one array, [layers, conversations, kv_heads, slots,
 head_dim]; a call gathers its rows (sliced to the slots the call needs, so decode attends
-over no more slots than a fresh cache would have) and scatters the result back.
+over no more slots than a fresh cache would have) and scatters the result back. On a mesh
+the store is sharded like the sampler's own cache (conversations over data x fsdp, kv heads
+over tensor) from its creation on: it is never replicated, nor built whole on one device.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import sampling
 from jaxtom.models.decoder import CACHE_SEQ_AXIS, KVCache
@@ -35,13 +38,11 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
-@functools.partial(jax.jit, static_argnums=(2,))
 def _gather(store: KVCache, rows: jax.Array, slots: int) -> KVCache:
     take = lambda a: jnp.take(a, rows, axis=1, mode="clip")[:, :, :, :slots]  # noqa: E731
     return KVCache(take(store.k), take(store.v))
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
 def _scatter(store: KVCache, rows: jax.Array, part: KVCache) -> KVCache:
     """Writes `part`'s rows into `store` at `rows`; out-of-range ids (batch padding) drop."""
     slots = part.k.shape[CACHE_SEQ_AXIS]
@@ -49,11 +50,46 @@ def _scatter(store: KVCache, rows: jax.Array, part: KVCache) -> KVCache:
     return KVCache(put(store.k, part.k), put(store.v, part.v))
 
 
+def _zeros(cfg, rows: int, slots: int) -> KVCache:
+    return KVCache.zeros(cfg, rows, slots)
+
+
 def _grown(store: KVCache, rows: int, slots: int) -> KVCache:
     pad = [(0, 0)] * store.k.ndim
     pad[1] = (0, rows - store.k.shape[1])
     pad[CACHE_SEQ_AXIS] = (0, slots - store.k.shape[CACHE_SEQ_AXIS])
     return KVCache(jnp.pad(store.k, pad), jnp.pad(store.v, pad))
+
+
+@functools.lru_cache(maxsize=None)
+def _programs(mesh: Mesh | None):
+    """(zeros, grown, gather, scatter) jitted for `mesh`: on a mesh, every cache they return
+    is sharded like the sampler's KV cache (`sampling.cache_sharding`: rows over data x
+    fsdp, kv heads over tensor), so the store is never replicated and is created sharded;
+    without one (an unsharded model), plain jit."""
+    if mesh is None:
+        return (jax.jit(_zeros, static_argnums=(0, 1, 2)),
+                jax.jit(_grown, static_argnums=(1, 2)),
+                jax.jit(_gather, static_argnums=(2,)),
+                jax.jit(_scatter, donate_argnums=(0,)))
+    cache = sampling.cache_sharding(mesh)
+    out = KVCache(cache, cache)
+    return (jax.jit(_zeros, static_argnums=(0, 1, 2), out_shardings=out),
+            jax.jit(_grown, static_argnums=(1, 2), out_shardings=out),
+            jax.jit(_gather, static_argnums=(2,), out_shardings=out),
+            jax.jit(_scatter, donate_argnums=(0,), out_shardings=out))
+
+
+def device_bytes(cfg, conversations: int, slots: int, mesh: Mesh | None = None) -> int:
+    """Bytes each device holds of a store of `conversations` x `slots` (as `KeptCaches`
+    sizes it: rows rounded up to data x fsdp) for `jaxtom plan`-style estimates: the store
+    lives through a whole rollout beside the sampler's own cache. Unsharded: the total."""
+    dp = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    tensor = 1 if mesh is None else mesh.shape["tensor"]
+    rows = sampling.bucket(conversations, 1, dp) // dp
+    heads = -(-cfg.num_kv_heads // tensor)
+    return 2 * cfg.num_layers * rows * heads * slots * cfg.head_dim * jnp.dtype(
+        cfg.compute_dtype).itemsize
 
 
 class KeptCaches:
@@ -65,14 +101,32 @@ class KeptCaches:
         self.held: dict[int, list[int]] = {}  # token ids in each conversation's first slots
 
     def _reserve(self, rows: int, slots: int) -> None:
-        """Grows the store (geometrically) to at least `rows` conversations and `slots`."""
+        """Grows the store (geometrically) to at least `rows` conversations and `slots`;
+        rows in multiples of the mesh's data x fsdp, so that they shard evenly."""
+        zeros, grown, _, _ = _programs(self.mesh)
+        rows = sampling.bucket(rows, 1, self._row_multiple)
         if self.store is None:
-            self.store = KVCache.zeros(self.model.config, sampling.bucket(rows, 1), slots)
+            self.store = zeros(self.model.config, rows, slots)
             return
         have_rows, have_slots = self.store.k.shape[1], self.store.k.shape[CACHE_SEQ_AXIS]
         if rows > have_rows or slots > have_slots:
-            self.store = _grown(self.store, max(have_rows, sampling.bucket(rows, 1)),
-                                max(have_slots, slots))
+            self.store = grown(self.store, max(have_rows, rows), max(have_slots, slots))
+
+    @property
+    def mesh(self) -> Mesh | None:
+        return sampling.model_mesh(self.model)
+
+    @property
+    def _row_multiple(self) -> int:
+        mesh = self.mesh
+        return 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+
+    def _rows(self, rows: np.ndarray) -> jax.Array:
+        """Row ids as an array every process passes alike (replicated on the mesh)."""
+        mesh = self.mesh
+        if mesh is None:
+            return jnp.asarray(rows)
+        return jax.device_put(rows, NamedSharding(mesh, PartitionSpec()))
 
     def plan(self, contexts: Sequence[Sequence[int]], conversations: Sequence[int]
              ) -> tuple[list[int], list[list[int]]]:
@@ -100,17 +154,19 @@ class KeptCaches:
         batch, slots = sampling.call_shape(self.model, starts, [len(c) for c in chunks],
                                            buffer_len, self.max_cache_len)
         self._reserve(max(conversations) + 1, slots)
+        _, _, gather, scatter = _programs(self.mesh)
         n_store = self.store.k.shape[1]
         rows = np.full(batch, n_store, np.int32)  # padding rows: gathered clipped, never stored
         rows[:len(conversations)] = conversations
-        cache = _gather(self.store, rows, slots)
+        rows = self._rows(rows)
+        cache = gather(self.store, rows, slots)
         resume = sampling.ResumeState(cache, np.asarray(starts, np.int32))
         out = sampling.generate(self.model, chunks, max_new_tokens=max_new_tokens,
                                 buffer_len=buffer_len, resume=resume,
                                 max_cache_len=self.max_cache_len, **kwargs)
         part = out.state.cache
         self._reserve(n_store, part.k.shape[CACHE_SEQ_AXIS])
-        self.store = _scatter(self.store, rows, part)
+        self.store = scatter(self.store, rows, part)
         for conv, ctx, new, length in zip(conversations, contexts, out.sequences(),
                                           out.state.lengths):
             held = list(map(int, ctx)) + new[:-1]  # the last new token is not in the cache

@@ -17,7 +17,8 @@ class SamplerPolicy:
     rounds (`kept_cache.KeptCaches`), so a phase prefills only the tokens its conversation's
     cache lacks; without it every phase prefills its whole context. Both see the same token
     sequences, so greedy transcripts agree. `prefilled` counts the tokens prefilled per
-    conversation either way.
+    conversation either way. Row i of a call samples with `fold_in(key, conversations[i])`,
+    so its tokens do not depend on which other conversations share the call.
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 1.0, top_p: float = 1.0,
@@ -41,6 +42,8 @@ class SamplerPolicy:
             caches = None  # rows without identity keep nothing
         else:
             caches = self.caches
+        # a row draws from fold_in(key, its conversation): not from its place in the call
+        kw["row_ids"] = list(conversations)
         if caches is not None:
             out, prefilled = caches.generate(contexts, list(conversations), **kw)
         else:

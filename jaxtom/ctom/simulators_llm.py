@@ -12,7 +12,7 @@ the controller marks that conversation failed while the rest of the batch goes o
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import jax
 
@@ -37,6 +37,9 @@ class LLMSimulator:
     chat_options: dict = dataclasses.field(default_factory=dict)
     strict: bool = False
     generate_fn: Callable | None = None
+    # the sampler is a collective on a global mesh: on several processes every process calls
+    # `reply` with the same requests (`lockstep.shared_simulator` leaves it unwrapped)
+    collective: ClassVar[bool] = True
 
     def prompt_ids(self, request: SimRequest) -> list[int]:
         """The C.3 prompt as one user turn, ending with an open assistant turn."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
 
+from jaxtom.ctom import lockstep
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.policies import SamplerPolicy
@@ -141,25 +142,38 @@ def load_model_and_tokenizer(config, mesh=None):
 class ConversationRollout:
     """CToM's rollout: `group_size` conversations per task through the controller (plan,
     ASK / DRAFT / COMMIT, draft-predict-revise), real and counterfactual prediction targets,
-    packed with the prediction sub-batch for the eta-capped NLL."""
+    packed with the prediction sub-batch for the eta-capped NLL.
 
-    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None):
-        if jax.process_count() > 1:
-            raise NotImplementedError("CToM rollouts run on one process (a multi-process "
-                                      "conversation rollout is not built yet)")
+    On several processes every process runs the step's whole set of conversations in
+    lockstep (the sampler is a collective), shares host results that could differ (simulator
+    replies, coding scores), builds the step's whole batch and keeps its block of rows: see
+    `jaxtom.ctom.lockstep` for why and what it costs. The samples, metrics and batch are
+    those of one process. `padded_rows(rows)` (the learner's row count for the processes;
+    `CToMTrainer` sets it) pads at the end, so that `Learner.put_batch` adds no padding
+    between the processes' blocks (`lockstep.process_rows`).
+    """
+
+    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None,
+                 padded_rows: Callable[[int], int] | None = None, mesh=None):
         self.tok, self.settings, self.cfg = tok, settings, cfg
-        self.simulator = simulator or make_simulator(settings)
+        # an in-process LLM simulator is read into the run's mesh: on several processes it is
+        # a collective that every process calls alike (see lockstep.shared_simulator)
+        self.simulator = simulator or make_simulator(settings, mesh=mesh)
         self.controller = ControllerConfig.for_domain(settings.domain, **settings.controller)
+        self.padded_rows = padded_rows
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         cfg, s = self.cfg, self.settings
+        tasks = lockstep.global_tasks(tasks)  # every process: the step's whole set
         group = [r["task"] for r in tasks for _ in range(cfg.group_size)]
         groups = [int(r["row"]) for r in tasks for _ in range(cfg.group_size)]
+        # conversation i (the policy's row id) is the global sampler row r * G + g
         policy = SamplerPolicy(model, self.tok, temperature=cfg.temperature, top_p=cfg.top_p,
                                reuse_cache=s.reuse_cache)
-        convs = run_conversations(group, policy, self.simulator, self.tok, self.controller,
-                                  key=key, seed=step)
-        targets = prediction_targets(convs, self.simulator, seed=step)
+        simulator = lockstep.shared_simulator(self.simulator)
+        convs = run_conversations(group, policy, simulator, self.tok, self.controller,
+                                  key=key, seed=step, host_map=lockstep.shared_map)
+        targets = prediction_targets(convs, simulator, seed=step)
         ok = [c for c in convs if c.failed is None]
         metrics = {"conversations_failed": float(len(convs) - len(ok)),
                    "prediction_targets": float(len(targets)),
@@ -177,7 +191,10 @@ class ConversationRollout:
                                       pred_row_len=s.pred_row_len, pad_id=cfg.pad_id,
                                       pred_rows_multiple=8, return_metrics=True)
         metrics.update({f"pred/{k}": float(v) for k, v in counts.items()})
-        return Rollout(batch=batch, metrics=metrics, count=max(len(ok), 1))
+        # every process holds the whole step's metrics: the same values with the same count
+        # make the trainer's count-weighted mean over processes those values
+        return Rollout(batch=lockstep.process_rows(batch, self.padded_rows), metrics=metrics,
+                       count=max(len(ok), 1))
 
 
 def task_records(tok, tasks) -> list[dict]:
@@ -189,9 +206,11 @@ class CToMTrainer(Trainer):
 
     def __init__(self, model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
                  simulator=None, mesh=None):
-        super().__init__(model, task_records(tok, tasks),
-                         ConversationRollout(tok, settings, cfg, simulator), step_cfg, cfg,
-                         mesh=mesh, desc="ctom")
+        rollout = ConversationRollout(tok, settings, cfg, simulator, mesh=mesh)
+        super().__init__(model, task_records(tok, tasks), rollout, step_cfg, cfg, mesh=mesh,
+                         desc="ctom")
+        nproc = jax.process_count()
+        rollout.padded_rows = lambda rows: self.learner.row_split(rows, multiple_of=nproc)[0]
         self.tok, self.settings = tok, settings
 
 

@@ -150,3 +150,64 @@ def test_phases_with_different_caps_share_decode_programs(tok, model):
     caps_per_shape = [{cap for s, _, cap in calls if s == shape} for shape in shapes]
     assert max(map(len, caps_per_shape)) >= 2  # some program served several caps
     assert sampling.TRACE_COUNT["decode"] - before <= len(shapes)
+
+
+SHARDED_STORE = r"""
+import json
+import jax, numpy as np
+from flax import nnx
+from jaxtom import parallel, sampling
+from jaxtom.ctom import kept_cache
+from jaxtom.ctom.kept_cache import KeptCaches
+from jaxtom.models import init_decoder
+from jaxtom.models.config import ModelConfig
+
+cfg = ModelConfig(family="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64,
+                  num_layers=1, num_heads=2, num_kv_heads=2, head_dim=16, qk_norm=True,
+                  max_position_embeddings=512)
+plain = init_decoder(cfg, seed=1)
+mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
+graphdef, state = nnx.split(init_decoder(cfg, seed=1))
+sharded = nnx.merge(graphdef, parallel.place_state(state, mesh))
+want = sampling.cache_sharding(mesh)
+rng = np.random.default_rng(0)
+caches = {"plain": KeptCaches(plain), "sharded": KeptCaches(sharded)}
+contexts = {}
+out = {"calls": []}
+# growing conversations and contexts: the store grows in rows and slots, then is reused
+for call, convs in enumerate([[0, 1], [3, 4, 5, 6, 7, 9], [0, 1]]):
+    for c in convs:
+        contexts[c] = contexts.get(c, []) + rng.integers(1, 128, 5 + 30 * call).tolist()
+    seqs = {}
+    for name, kept in caches.items():
+        res, _ = kept.generate([contexts[c] for c in convs], convs, max_new_tokens=6,
+                               temperature=0.0, buffer_len=16)
+        seqs[name] = res.sequences()
+    for c, s in zip(convs, seqs["plain"]):
+        contexts[c] = contexts[c] + s
+    store = caches["sharded"].store
+    per_device = {}
+    for a in (store.k, store.v):
+        for shard in a.addressable_shards:
+            per_device[shard.device.id] = per_device.get(shard.device.id, 0) + shard.data.nbytes
+    out["calls"].append(dict(
+        same=seqs["plain"] == seqs["sharded"], shape=list(store.k.shape),
+        equivalent=all(a.sharding.is_equivalent_to(want, a.ndim) for a in (store.k, store.v)),
+        store_bytes=store.k.nbytes + store.v.nbytes, per_device=sorted(per_device.values()),
+        planned=kept_cache.device_bytes(cfg, max(contexts) + 1, store.k.shape[3], mesh)))
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_store_is_sharded_like_the_kv_cache_on_8_devices():
+    """On a (2, 2, 2) mesh the store's arrays keep `sampling.cache_sharding` through growth
+    in rows and slots (conversations over data x fsdp, kv heads over tensor): each device
+    holds 1/8 of it, never a replica; greedy samples equal the unsharded model's."""
+    from tests.simulated import run_on_devices
+    out = run_on_devices(SHARDED_STORE, devices=8)
+    shapes = [tuple(c["shape"]) for c in out["calls"]]
+    assert len(set(shapes)) == 3  # the store grew (rows, then slots) between calls
+    for c in out["calls"]:
+        assert c["same"] and c["equivalent"], c
+        assert c["per_device"] == [c["store_bytes"] // 8] * 8, c
+    assert out["calls"][-1]["planned"] == out["calls"][-1]["per_device"][0]
