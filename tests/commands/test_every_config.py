@@ -133,6 +133,9 @@ def cpu_configs(mindzero: bool) -> list[str]:
             and Path(p).stem.startswith("mindzero") == mindzero]
 
 
+@pytest.mark.slow  # ~10 min on 2 cores; the default suite's room went to the multi-process
+# paper-config checks (tests/commands/test_paper_multiprocess.py); each CPU config's own
+# end-to-end test stays in it
 def test_cpu_configs_run_two_update_steps(tmp_path):
     """CToM's and the toy's (MindZero's are in test_every_mindzero_config.py, another worker)."""
     run_configs(cpu_configs(mindzero=False), tmp_path)
