@@ -529,9 +529,9 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
       logical axes, in the parameter dtype), before any train state exists.
     - `init_state`: the train state `Learner.init_state` creates sharded: trainable params,
       frozen params (LoRA's base weights), the frozen reference copy, the optimiser state,
-      and the step counter and RNG key (`counters`). The generic trainer drops the loaded
-      model then; the MindZero and CToM entry points keep it for the run (`start_model`:
-      its trained params, which `init_state` copied).
+      and the step counter and RNG key (`counters`). The generic and CToM trainers drop the
+      loaded model then; MindZero's entry points keep it for the run (`start_model`: its
+      trained params, which `init_state` copied).
     - `rollout`: the train state while a sampler call's results are alive: the sampler runs
       on the train state's own params (`sampler_weights` extra: 0) and adds its KV cache.
     - `update`: the train state after an update, with the rollout batch it was given.
@@ -551,10 +551,10 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
     shapes = rollout_shapes(config, text_config(mcfg), mesh, processes)
     cache = _abstract_cache(text_config(mcfg), mesh, shapes["batch"], shapes["cache_len"])
     batch = _abstract_update_batch(config, mcfg, learner)
-    if config.kind != "completion":
-        # MindZero (and its VL / household variants) and CToM keep the model they started
-        # from alive through the run (`mindzero.trainer.train` holds it, and `BestModel`
-        # returns it when the warm-up's model scores best; `ctom.train.train` holds it):
+    if config.kind == "mindzero":
+        # MindZero (and its VL / household variants) keeps the model it started from alive
+        # through the run (`mindzero.trainer.train` holds it, and `BestModel` returns it
+        # when the warm-up's model scores best):
         # its trained params are its own arrays (init_state copies them), its frozen ones
         # are shared with the state
         train["start_model"] = train["params"]

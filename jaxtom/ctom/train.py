@@ -225,6 +225,7 @@ def train(config, mesh=None):
     model, tok = load_model_and_tokenizer(config, mesh)
     trainer = CToMTrainer(model, tok, training_tasks(config.ctom), config.step, config.trainer,
                           config.ctom, mesh=mesh)
+    del model  # the trainer lets the loaded model go once its (sharded) state is built
     return trainer.run()
 
 
