@@ -150,19 +150,41 @@ def test_two_processes_equal_one_and_resume_after_sigkill(args, phase, tmp_path)
     # float32 reductions split over processes add in another order
     assert_same_run(single / phase, multi / phase, 3, args)
 
-    procs = launch(args, killed, nproc=2)
+    assert_resumes_after_sigkill(args, killed, multi, phase, steps=3)
+
+
+def stopped(procs) -> str:
+    """Every process's exit status and last error lines, once one has stopped early (the
+    others are killed first, so reading their output cannot hang)."""
+    codes = [p.poll() for p in procs]
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    return "\n".join(f"process {i} (exit {c}): {p.communicate()[1][-3000:]}"
+                     for i, (p, c) in enumerate(zip(procs, codes)))
+
+
+def assert_resumes_after_sigkill(args, killed: Path, uninterrupted: Path, phase: str = "",
+                                 *, steps: int, nproc: int = 2, devices: int = 4,
+                                 timeout: float = 900):
+    """Runs `args` as `nproc` processes, SIGKILLs all of them once the first checkpoint of
+    `phase` is written, runs the same command again, and checks it ends bit for bit where
+    the `uninterrupted` run (same processes and devices) ended after `steps` steps."""
+    procs = launch(args, killed, nproc=nproc, devices=devices)
     first = killed / phase / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
-    deadline = time.time() + 600
+    deadline = time.time() + timeout
     while not first.exists():
-        assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-3000:]
+        assert all(p.poll() is None for p in procs), stopped(procs)
         assert time.time() < deadline
         time.sleep(0.05)
     for p in procs:
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-    assert not (killed / phase / "checkpoints" / "3").exists()  # really killed mid-run
-    finish(launch(args, killed, nproc=2))
-    (pa, da), (pb, db) = checkpoint(multi / phase, 3), checkpoint(killed / phase, 3)
+    # really killed mid-run
+    assert not (killed / phase / "checkpoints" / str(steps)).exists()
+    finish(launch(args, killed, nproc=nproc, devices=devices))
+    (pa, da), (pb, db) = (checkpoint(uninterrupted / phase, steps),
+                          checkpoint(killed / phase, steps))
     assert da == db
     for k in pa:
         np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)

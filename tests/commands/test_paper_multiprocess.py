@@ -10,16 +10,13 @@ the default suite runs the 2 x 4 = 1 x 8 half for a MindZero and a CToM config.
 """
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.commands.test_every_config import CONFIGS, _overrides, needs_checkpoint
-from tests.commands.test_multiprocess import assert_same_run, checkpoint, finish, launch
+from tests.commands.test_multiprocess import (assert_resumes_after_sigkill, assert_same_run,
+                                              finish, launch)
 
 PAPER = [p for p in CONFIGS if needs_checkpoint(p)]
 DEFAULT = ("mindzero_gridworld_qwen3_4b", "ctom_math_qwen3_8b")
@@ -61,17 +58,6 @@ def _text_config(standin: Path):
     return config_from_hf_dict(cfg.get("text_config", cfg))
 
 
-def _stopped(procs) -> str:
-    """Every process's exit status and last error lines, once one has stopped early (the
-    others are killed first, so reading their output cannot hang)."""
-    codes = [p.poll() for p in procs]
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    return "\n".join(f"process {i} (exit {c}): {p.communicate()[1][-3000:]}"
-                     for i, (p, c) in enumerate(zip(procs, codes)))
-
-
 def _params():
     """Every config with the SIGKILL half under `-m slow`; the default suite runs the
     equality half for DEFAULT (its CI budget has no room for four launches of each)."""
@@ -105,19 +91,4 @@ def test_paper_config_on_two_processes_equals_one_and_resumes(path, kill, standi
     if not kill:
         return
 
-    procs = launch(args, killed, nproc=2, devices=8)
-    first = killed / phase / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
-    deadline = time.time() + 900
-    while not first.exists():
-        assert all(p.poll() is None for p in procs), _stopped(procs)
-        assert time.time() < deadline
-        time.sleep(0.05)
-    for p in procs:
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-    assert not (killed / phase / "checkpoints" / "2").exists()  # really killed mid-run
-    finish(launch(args, killed, nproc=2, devices=8))
-    (pa, da), (pb, db) = checkpoint(multi / phase, 2), checkpoint(killed / phase, 2)
-    assert da == db
-    for k in pa:
-        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+    assert_resumes_after_sigkill(args, killed, multi, phase, steps=2, devices=8)

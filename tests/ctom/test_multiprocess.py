@@ -6,15 +6,12 @@ Hugging Face checkpoint with a real tokenizer.json (tests/commands/standin.py), 
 through the normal path."""
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.commands.test_multiprocess import assert_same_run, checkpoint, finish, launch
+from tests.commands.test_multiprocess import (assert_resumes_after_sigkill, assert_same_run,
+                                              finish, launch)
 
 
 @pytest.fixture(scope="module")
@@ -46,22 +43,7 @@ def run_and_compare(args, tmp_path: Path):
     finish(launch(args, multi, nproc=2))
     assert_same_run(single, multi, 2, args)
 
-    procs = launch(args, killed, nproc=2)
-    first = killed / "checkpoints" / "1" / "_CHECKPOINT_METADATA"
-    deadline = time.time() + 600
-    while not first.exists():
-        assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-3000:]
-        assert time.time() < deadline
-        time.sleep(0.05)
-    for p in procs:
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-    assert not (killed / "checkpoints" / "2").exists()  # really killed mid-run
-    finish(launch(args, killed, nproc=2))
-    (pa, da), (pb, db) = checkpoint(multi, 2), checkpoint(killed, 2)
-    assert da == db
-    for k in pa:
-        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+    assert_resumes_after_sigkill(args, killed, multi, steps=2)
 
 
 @pytest.mark.slow  # 7 JAX launches; the default suite's CToM multi-process run is
