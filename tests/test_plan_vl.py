@@ -39,6 +39,7 @@ COMMON = ("trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.row_len
           "mindzero.data.image_cell_size=16")
 
 
+@pytest.mark.slow  # ~90 s on 2 cores; paid for the default suite's multi-process paper-config runs
 def test_tiny_vl_plan_counts_the_vision_tower(tiny_vl_dir):
     result = plan_json(VL_4B, f"model.path={tiny_vl_dir}", *COMMON)
     cfg = load_vl_config(tiny_vl_dir)

@@ -163,6 +163,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # ~80 s on 2 cores; paid for the default suite's multi-process paper-config runs
 def test_sharded_remat_and_constraint_equal_plain_and_save_memory():
     out = run_on_devices(SCRIPT, 8)
     cfg = small_cfg(10)  # the script's model; B, T, V = 16, 24, 64
