@@ -160,7 +160,11 @@ def stopped(procs) -> str:
     for p in procs:
         if p.poll() is None:
             p.kill()
-    return "\n".join(f"process {i} (exit {c}): {p.communicate()[1][-3000:]}"
+    def report(err: str) -> str:  # the Python traceback, if any, then the last lines
+        start = err.find("Traceback (most recent call last)")
+        return (err[start:start + 4000] + "\n...\n" if start >= 0 else "") + err[-2000:]
+
+    return "\n".join(f"process {i} (exit {c}): {report(p.communicate()[1])}"
                      for i, (p, c) in enumerate(zip(procs, codes)))
 
 
