@@ -37,7 +37,7 @@ from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
 from jaxtom.models.vl_config import VisionConfig, VLConfig
 from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
-from jaxtom.rl.trainer import Trainer, sample_rows
+from jaxtom.rl.trainer import Trainer, global_rollout, sample_rows
 from jaxtom.rl.vl_batch import vl_rows
 
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks
@@ -115,14 +115,6 @@ class VLPrompts:
                 observation_image(self.view, e, t, self.cell), self.vl.vision)
         return self._pictures[key]
 
-    def images(self, tasks: Sequence[dict], repeat: int = 1) -> list[list[tuple]]:
-        """Each task's picture (rendered and preprocessed once), `repeat` rows per task."""
-        out = []
-        for task in tasks:
-            one = [self.image(int(task["episode"]), int(task["t"]))]
-            out += [one] * repeat
-        return out
-
 
 def generate_vl_rows(model: Qwen3VL, prompts, image_keys, row_ids, *, render, key,
                      num_patches: int, rows_per_call: int = 0, **kwargs) -> list[list[int]]:
@@ -149,6 +141,27 @@ def generate_vl_rows(model: Qwen3VL, prompts, image_keys, row_ids, *, render, ke
     return out
 
 
+def image_keys(tasks: Sequence[dict], repeat: int = 1) -> list[tuple[int, int]]:
+    """Each row's picture as its (episode, t), `repeat` rows per task."""
+    return [(int(t["episode"]), int(t["t"])) for t in tasks for _ in range(repeat)]
+
+
+def global_vl_batch(rollout, keys: Sequence[tuple[int, int]], prompts: "VLPrompts",
+                    cfg: VLConfig, *, row_len: int, pad_id: int):
+    """The rollout's image+text rows of every process, built alike on each (a host
+    all-gather of token ids and picture keys; each process renders the pictures itself),
+    so the update's rows and PPO mini-batches are those of a single process."""
+    from jaxtom.rl import distributed
+    r = global_rollout(rollout)
+    everyone = [k for part in distributed.gather_objects(list(keys)) for k in part]
+    r.batch = vl_rows(cfg, r.sequences, r.policy_masks, r.advantages, r.group_ids,
+                      [[prompts.image(*k)] for k in everyone], row_len=row_len,
+                      num_patches=prompts.num_patches, pad_id=pad_id,
+                      decision_masks=r.decision_masks)
+    r.batch_is_global = True
+    return r
+
+
 class VLWarmupRollout(text_trainer.WarmupRollout):
     """The format warm-up on image prompts (teacher targets as in the text warm-up)."""
 
@@ -159,10 +172,8 @@ class VLWarmupRollout(text_trainer.WarmupRollout):
 
     def __call__(self, model, tasks, key, step):
         r = super().__call__(model, tasks, key, step)
-        r.batch = vl_rows(model.config, r.sequences, r.policy_masks, r.advantages, r.group_ids,
-                          self.prompts.images(tasks), row_len=self.row_len,
-                          num_patches=self.prompts.num_patches, pad_id=self.codec.pad_id)
-        return r
+        return global_vl_batch(r, image_keys(tasks), self.prompts, model.config,
+                               row_len=self.row_len, pad_id=self.codec.pad_id)
 
 
 class VLParticleRollout(text_trainer.ParticleRollout):
@@ -171,12 +182,12 @@ class VLParticleRollout(text_trainer.ParticleRollout):
     def __init__(self, config, codec: Codec, view: HostEpisodes, table, prompts: VLPrompts):
         super().__init__(config, codec, view, table)
         self.prompts = prompts
-        self._images = None
+        self._keys = None
 
     def generate(self, model, prompts, tasks, key):
         c = self.config.trainer
-        self._images = self.prompts.images(tasks, c.group_size)
-        keys = [(int(t["episode"]), int(t["t"])) for t in tasks for _ in range(c.group_size)]
+        keys = image_keys(tasks, c.group_size)
+        self._keys = keys
         return generate_vl_rows(model, prompts, keys, sample_rows(tasks, c.group_size),
                                 render=self.prompts.image, key=key,
                                 num_patches=self.prompts.num_patches,
@@ -186,12 +197,9 @@ class VLParticleRollout(text_trainer.ParticleRollout):
 
     def __call__(self, model, tasks, key, step):
         r = super().__call__(model, tasks, key, step)
-        images, self._images = self._images, None
-        r.batch = vl_rows(model.config, r.sequences, r.policy_masks, r.advantages, r.group_ids,
-                          images, row_len=self.config.trainer.row_len,
-                          num_patches=self.prompts.num_patches, pad_id=self.codec.pad_id,
-                          decision_masks=r.decision_masks)
-        return r
+        keys, self._keys = self._keys, None
+        return global_vl_batch(r, keys, self.prompts, model.config,
+                               row_len=self.config.trainer.row_len, pad_id=self.codec.pad_id)
 
 
 def vl_row_len(config, prompts: VLPrompts, view: HostEpisodes, completion: int,

@@ -85,6 +85,10 @@ class Rollout:
     group_ids: list[int] = dataclasses.field(default_factory=list)
     decision_masks: list[list[float]] | None = None
     batch: Batch | None = None  # a prebuilt batch (CToM: with its prediction sub-batch)
+    # True when `batch` holds every process's rows, built alike on each (as `pack_rollout`
+    # builds one from sequences): placed with `Learner.put_global_batch`, so its PPO
+    # mini-batches are one process's. False: `batch` holds this process's rows only.
+    batch_is_global: bool = False
     prompt_lens: list[int] | None = None  # per sequence (for `TrainerConfig.share_prompts`)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     count: int = 1
@@ -225,8 +229,9 @@ def global_rollout(rollout: Rollout) -> Rollout:
 
 def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
     """The one packer: the update batch's rows, fixed [rows, row_len]. A rollout's own
-    prebuilt batch holds this process's rows; sequences are packed whole (every process's,
-    see `global_rollout`) and `Learner.put_global_batch` keeps each process's block."""
+    prebuilt batch is used as it is (`Rollout.batch_is_global` says whose rows it holds);
+    sequences are packed whole (every process's, see `global_rollout`) and
+    `Learner.put_global_batch` keeps each process's block."""
     if rollout.batch is not None:
         return rollout.batch
     rollout = global_rollout(rollout)
@@ -324,8 +329,8 @@ class Trainer:
         key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
         rollout = self.rollout_fn(self.learner.model(state), tasks, key, step)
         batch = pack_rollout(rollout, self.cfg)
-        put = self.learner.put_batch if rollout.batch is not None else (
-            self.learner.put_global_batch)
+        own_rows = rollout.batch is not None and not rollout.batch_is_global
+        put = self.learner.put_batch if own_rows else self.learner.put_global_batch
         update = getattr(self.learner, "update", self.learner.step)
         state, metrics = update(state, put(batch))
         out = {k: float(v) for k, v in jax.device_get(metrics).items()}
