@@ -112,6 +112,9 @@ def run_tolerances(args, model=None) -> tuple[dict, dict]:
     return rel, dict(updates=cfg.step.updates_per_batch, learning_rate=cfg.step.learning_rate)
 
 
+ADAM_ILL_FRACTION = 1e-4  # seen: 7 of 131,072 embedding entries (a VL stand-in's SSRL)
+
+
 def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate=None,
                     skip=()):
     """`learning_rate`: the phase's own, when not the config's `step.learning_rate` (a
@@ -136,9 +139,18 @@ def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate
             continue
         # parameters after `step` rounds of Adam updates (tests/rl/common.py); the Adam
         # moments, smaller, ride along
-        tol = adam_trajectory_tol(pa[k], updates=step * adam["updates"],
-                                  learning_rate=adam["learning_rate"])
-        np.testing.assert_allclose(pa[k], pb[k], rtol=0, atol=tol, err_msg=k)
+        updates, lr = step * adam["updates"], adam["learning_rate"]
+        tol = adam_trajectory_tol(pa[k], updates=updates, learning_rate=lr)
+        diff = np.abs(pa[k].astype(np.float64) - pb[k])
+        # an entry whose gradient is near adam_eps (a rare token's embedding row: bf16
+        # compute rounds its softmax mass to 0 in one program and to ~1e-8 in the other)
+        # moves by up to lr per update in one run only; at most ADAM_ILL_FRACTION of the
+        # entries may do so, while the bugs the tests look for (an update fewer, other
+        # mini-batches) move most entries by 0.1-1.5 lr
+        ill = diff > tol
+        assert ill.mean() <= ADAM_ILL_FRACTION, (k, int(ill.sum()), diff.size, float(diff.max()),
+                                                 tol)
+        assert diff.max() <= 2 * updates * lr, (k, float(diff.max()), updates, lr)
 
 
 @pytest.mark.slow  # five JAX processes compiling: a few minutes on 2 cores

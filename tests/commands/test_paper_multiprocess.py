@@ -55,15 +55,18 @@ def _text_config(standin: Path):
     """The loaded checkpoint's text-model sizes (what the tolerances scale with)."""
     cfg = json.loads((standin / "config.json").read_text())
     from jaxtom.models.config import config_from_hf_dict
-    return config_from_hf_dict(cfg.get("text_config", cfg))
+    from jaxtom.models.vl_config import is_vl_dict, vl_config_from_hf_dict
+    return vl_config_from_hf_dict(cfg).text if is_vl_dict(cfg) else config_from_hf_dict(cfg)
 
 
 def _params():
-    """Every config with the SIGKILL half under `-m slow`; the default suite runs the
-    equality half for DEFAULT (its CI budget has no room for four launches of each)."""
+    """Every config with the SIGKILL half, and every config's equality half alone (two
+    launches), under `-m slow`; the default suite runs the equality half for DEFAULT (its
+    CI budget has no room for four launches of each)."""
     full = [pytest.param(p, True, id=Path(p).stem, marks=pytest.mark.slow) for p in PAPER]
-    return full + [pytest.param(p, False, id=f"{Path(p).stem}-no_kill") for p in PAPER
-                   if Path(p).stem in DEFAULT]
+    return full + [pytest.param(p, False, id=f"{Path(p).stem}-no_kill",
+                                marks=() if Path(p).stem in DEFAULT else pytest.mark.slow)
+                   for p in PAPER]
 
 
 @pytest.mark.parametrize("path, kill", _params())
