@@ -558,10 +558,27 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
         # its trained params are its own arrays (init_state copies them), its frozen ones
         # are shared with the state
         train["start_model"] = train["params"]
+    rollout = {**train, "sampler_weights": 0, "kv_cache": device_bytes(cache)}
+    store = kept_store_bytes(config, text_config(mcfg), mesh, shapes["cache_len"])
+    if store:
+        rollout["kept_kv_store"] = store
     return {"loaded": {"params": device_bytes(loaded)},
             "init_state": dict(train),
-            "rollout": {**train, "sampler_weights": 0, "kv_cache": device_bytes(cache)},
+            "rollout": rollout,
             "update": {**train, "batch": device_bytes(batch)}}
+
+
+def kept_store_bytes(config, text, mesh, cache_len: int) -> int:
+    """Per-device bytes of CToM's kept KV-cache store (`ctom.kept_cache`, with
+    `ctom.reuse_cache`): every conversation of the step (each process runs them all in
+    lockstep) keeps up to a sampler call's cache slots, sharded over data x fsdp, through the
+    whole rollout. 0 for runs without one."""
+    section = getattr(config, "ctom", None)
+    if config.kind != "ctom" or not getattr(section, "reuse_cache", False):
+        return 0
+    from jaxtom.ctom import kept_cache
+    t = config.trainer
+    return kept_cache.device_bytes(text, t.prompts_per_step * t.group_size, cache_len, mesh)
 
 
 def check_processes(config, devices: int, processes: int) -> None:
@@ -620,6 +637,14 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         # its own buffers (arguments of the sampler's programs, so counted once)
         r["peak_with_train_state"] = (update["memory"]["train_state"] + kept
                                       - r["memory"]["model_state"] + r["xla"]["peak"])
+        store = out["resident"]["rollout"].get("kept_kv_store", 0)
+        if store:
+            # CToM's kept store lives beside every sampler call; growing it copies it, so
+            # the old and the new store are alive together for a moment (at most 2x)
+            r["memory"]["kept_kv_store"] = store
+            r["peak_with_train_state"] = max(
+                r["peak_with_train_state"] + store,
+                update["memory"]["train_state"] + kept + 2 * store)
         out["rollout"] = r
         peak = max(peak, r["peak_with_train_state"])
     s = config.step
@@ -688,6 +713,9 @@ def report(result: dict[str, Any]) -> str:
                   f"  {'sampler weights (extra copies)':<38}"
                   f"{_size(r['memory']['sampler_weights_extra'])}  (it reads the train "
                   "state's params in place)"]
+        if r["memory"].get("kept_kv_store"):
+            lines.append(f"  {'kept KV store (CToM, all conversations)':<38}"
+                         f"{_size(r['memory']['kept_kv_store'])}  (2x while it grows)")
         lines += [f"  {'XLA temporaries (' + name + ')':<38}{_size(x['temporaries'])}"
                   for name, x in r["programs"].items()]
         lines.append(f"  {'peak with the train state resident':<38}"
@@ -727,6 +755,11 @@ def largest_term(result: dict[str, Any]) -> str:
         terms["KV cache"] = (r["memory"]["kv_cache"], "it grows with a sampler call's rows per "
                              "device and row_len; lower trainer.rollout_rows or add data/fsdp "
                              "devices")
+        if r["memory"].get("kept_kv_store"):
+            terms["kept KV store"] = (r["memory"]["kept_kv_store"],
+                                      "it grows with the step's conversations (prompts_per_step"
+                                      " x group_size) and row_len; add data/fsdp devices or "
+                                      "set ctom.reuse_cache=False")
     name = max(terms, key=lambda k: terms[k][0])
     size, hint = terms[name]
     return f"{name} ({_size(size).strip()}): {hint}"

@@ -8,6 +8,7 @@ argument buffers against the train state + batch the plan says it holds, the ana
 against XLA's own count where XLA can count (one device, no loops), and fsdp scaling.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -248,3 +249,29 @@ def test_largest_term_names_the_biggest_item_and_what_shrinks_it():
     assert "raise step.micro_batches" in plan.largest_term(result)
     result["rollout"]["memory"]["kv_cache"] = 10 * 2 ** 30
     assert plan.largest_term(result).startswith("KV cache (10.00 GiB)")
+
+
+def test_ctom_plan_counts_the_kept_kv_store_for_every_conversation():
+    """CToM's kept KV-cache store (`ctom.kept_cache`) holds every conversation of the step
+    for the whole rollout: `resident_terms` lists it at the rollout point, sized as the
+    store sizes itself (one slot row per conversation, sharded over data x fsdp); a run
+    with `ctom.reuse_cache=False` has none."""
+    import jax
+
+    from jaxtom import parallel
+    from jaxtom.ctom import kept_cache
+
+    args = ["trainer.prompts_per_step=3", "trainer.group_size=4"]
+    config = load_config(str(ROOT / "configs" / "ctom_math_smollm2.py"),
+                         args + ["model.path=", "model.vocab_size=512", "model.hidden_size=64",
+                                 "model.intermediate_size=128", "model.num_layers=2",
+                                 "model.num_heads=4", "model.num_kv_heads=2",
+                                 "model.head_dim=16"])
+    mesh = parallel.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    terms = plan.resident_terms(config, mesh)
+    text = plan.text_config(plan.model_config(config.model))
+    slots = plan.rollout_shapes(config, text, mesh)["cache_len"]
+    assert terms["rollout"]["kept_kv_store"] == kept_cache.device_bytes(text, 12, slots, mesh)
+    assert terms["rollout"]["kept_kv_store"] == 2 * 2 * 12 * 2 * slots * 16 * 4
+    off = dataclasses.replace(config, ctom=dataclasses.replace(config.ctom, reuse_cache=False))
+    assert "kept_kv_store" not in plan.resident_terms(off, mesh)["rollout"]
