@@ -189,7 +189,9 @@ class ConversationRollout:
         batch, counts = rollout_batch(convs, groups, targets, self.tok, num_rows=num_rows,
                                       row_len=cfg.row_len, pred_rows=s.pred_rows,
                                       pred_row_len=s.pred_row_len, pad_id=cfg.pad_id,
-                                      pred_rows_multiple=8, return_metrics=True)
+                                      pred_rows_multiple=8, return_metrics=True,
+                                      advantage_scale=cfg.advantage_scale,
+                                      advantage_std_floor=cfg.advantage_std_floor)
         metrics.update({f"pred/{k}": float(v) for k, v in counts.items()})
         # every process holds the whole step's metrics: the same values with the same count
         # make the trainer's count-weighted mean over processes those values

@@ -74,6 +74,9 @@ class HouseholdMindZero(MindZeroSection):
             if not ok:
                 raise ConfigError(f"mindzero.{field}", expected, got)
 
+        check(not self.warmup.min_lead, "warmup.min_lead",
+              "0 for mindzero.data.task='household' (its monitor has no observation lead "
+              "to name)", self.warmup.min_lead)
         check(d.observation in ("figure", "compact"), "data.observation",
               "'figure' or 'compact' for the household", d.observation)
         check(h.likelihood in LIKELIHOODS, "household.likelihood", f"one of {LIKELIHOODS}",

@@ -138,6 +138,16 @@ class MindZeroSection:
               w.check_at)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
+        if d.task == "qa":  # its warm-up (random letters) has no held-out check to act on
+            for name in ("min_distinct", "min_lead", "retries", "check_at"):
+                check(not getattr(w, name), f"warmup.{name}",
+                      "0 for mindzero.data.task='qa' (the QA warm-up is not checked, so "
+                      "nothing would act on it)", getattr(w, name))
+        if d.observation == "image" and config.trainer.share_prompts:
+            # image rollouts pack their own rows (each with its picture): no shared prompts
+            raise ConfigError("trainer.share_prompts", "false with mindzero.data.observation="
+                              "'image' (shared-prompt packing of per-row images is not built)",
+                              True)
         check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",
               "'random', 'approached', 'listed' or 'lead'", w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",

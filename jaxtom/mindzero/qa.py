@@ -243,7 +243,8 @@ class QARollout:
         choice = np.array([self.parse(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
         qs = [self.prompts.questions[i] for i in index]
         reward = np.asarray(self.rewards(qs, choice))
-        adv = np.asarray(group_advantages(reward, G))
+        adv = np.asarray(group_advantages(reward, G, scale=c.advantage_scale,
+                                           std_floor=c.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
         groups = [int(task["row"]) for task in tasks for _ in range(G)]
         answer = np.array([q.answer for q in qs])

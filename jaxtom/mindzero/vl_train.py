@@ -37,7 +37,7 @@ from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
 from jaxtom.models.vl_config import VisionConfig, VLConfig
 from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
-from jaxtom.rl.trainer import Trainer, global_rollout, sample_rows
+from jaxtom.rl.trainer import global_rollout, sample_rows
 from jaxtom.rl.vl_batch import vl_rows
 
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks
@@ -193,7 +193,8 @@ class VLParticleRollout(text_trainer.ParticleRollout):
                                 num_patches=self.prompts.num_patches,
                                 max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                                 top_p=c.top_p, stop=list(self.codec.eos_ids),
-                                pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+                                pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
+                                **self.explore())
 
     def __call__(self, model, tasks, key, step):
         r = super().__call__(model, tasks, key, step)
@@ -252,21 +253,18 @@ def train_vl(config, progress: bool = True) -> dict:
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
     mz = config.mindzero
-    if mz.warmup.steps:
+    monitor = vl_heldout_monitor(config, test_view, codec, vl)
+    if mz.warmup.steps:  # checked and retried as the text warm-up is
         budget = max(c.max_new_tokens, text_trainer.longest_teacher_target(config, codec, view))
         wcfg = dataclasses.replace(text_trainer.warmup_trainer_config(config),
                                    row_len=vl_row_len(config, prompts, view, budget))
-        warm = Trainer(model, text_trainer.task_records(view, 1),
-                       VLWarmupRollout(config, codec, view, prompts, wcfg.row_len),
-                       text_trainer.warmup_step_config(config), wcfg, mesh=mesh,
-                       desc="warm-up")
-        model = warm.learner.model(warm.run())
-        text_trainer.save_model(model, run_dir / "warmup")
+        model, scores = text_trainer.checked_warm_up(
+            config, model, run_dir, monitor, mesh, tasks=text_trainer.task_records(view, 1),
+            rollout=VLWarmupRollout(config, codec, view, prompts, wcfg.row_len),
+            trainer_config=wcfg, rebuild=lambda cfg: build_vl_model(cfg, run_dir, mesh=mesh)[0])
+        if scores is not None:
+            timings["warmup_monitor"] = scores
     timings["warmup_s"] = time.perf_counter() - t1
-    monitor = vl_heldout_monitor(config, test_view, codec, vl)
-    if mz.warmup.steps and mz.warmup.min_distinct:
-        timings["warmup_monitor"] = text_trainer.check_warmup(monitor(0, model),
-                                                              mz.warmup.min_distinct)
     t2 = time.perf_counter()
     table = np.asarray(text_trainer.cumulative_log_likelihoods(train_eps.trajectories, params))
     state = text_trainer.run_ssrl(

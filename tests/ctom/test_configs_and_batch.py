@@ -12,7 +12,8 @@ from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import builtin_tasks
 from jaxtom.ctom.policies import ScriptedPolicy
 from jaxtom.ctom.simulators import ScriptedSimulator
-from jaxtom.ctom.targets import group_advantages_np, prediction_targets, rollout_batch
+from jaxtom.ctom.targets import prediction_targets, rollout_batch
+from jaxtom.rl import group_advantages
 from jaxtom.tokenizer import llama3_tokenizer
 from tests.tolerance import EPS32
 
@@ -31,10 +32,12 @@ def test_configs_load(path, monkeypatch):
 
 
 def test_group_advantages_skip_lone_and_equal_groups():
-    adv = group_advantages_np([1.0, 0.0, 0.5, 0.5, 2.0], [0, 0, 1, 1, 2])
+    # CToM's ragged groups (failed conversations dropped) through the one advantage function
+    adv = np.asarray(group_advantages([1.0, 0.0, 0.5, 0.5, 2.0], groups=[0, 0, 1, 1, 2]))
     assert adv[0] > 0 > adv[1] and adv[2] == adv[3] == adv[4] == 0.0
-    # computed in float64 and rounded once to float32: within EPS32 / 2, relative
-    assert adv[0] == pytest.approx(0.5 / (np.std([1.0, 0.0], ddof=1) + 1e-6), rel=EPS32, abs=0)
+    # float32 arithmetic: within a few EPS32, relative, of the sample-std (G-1) value
+    assert adv[0] == pytest.approx(0.5 / (np.std([1.0, 0.0], ddof=1) + 1e-6), rel=4 * EPS32,
+                                   abs=0)
     assert adv[0] != pytest.approx(0.5 / np.std([1.0, 0.0], ddof=0), rel=EPS32, abs=0)  # not G
 
 
