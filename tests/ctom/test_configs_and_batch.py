@@ -66,3 +66,33 @@ def test_rollout_becomes_batch_with_prediction_rows():
     # every target row's masked tokens decode to the reply followed by the closing tag
     row = np.asarray(pred.tokens)[0][np.asarray(pred.target_mask)[0] > 0]
     assert tok.decode(row.tolist()).endswith(P.PREDICTION_END)
+
+
+def _conversation(reward, failed=None):
+    from types import SimpleNamespace
+    seg = SimpleNamespace(tokens=[5, 6, 7, 8], policy=[0.0, 1.0, 1.0, 1.0], decision=[0.0] * 4)
+    return SimpleNamespace(reward=reward, failed=failed, sequences=[seg])
+
+
+@pytest.mark.parametrize("scale, floor", [("group", 0.0), ("none", 0.0), ("batch", 0.0),
+                                          ("group", 10.0)])
+def test_rollout_batch_advantages_follow_trainer_advantage_scale(scale, floor):
+    """`trainer.advantage_scale` / `advantage_std_floor` act on CToM's ragged groups: group 0
+    keeps 3 of its 4 conversations (one failed), group 1 all 4."""
+    rewards = [1.0, 0.0, 0.5, 9.0, 2.0, 0.0, 4.0, 1.0]
+    convs = [_conversation(r, failed="simulator error" if i == 3 else None)
+             for i, r in enumerate(rewards)]
+    batch = rollout_batch(convs, [0] * 4 + [1] * 4, [], llama3_tokenizer(), num_rows=7,
+                          row_len=4, pred_rows=0, pred_row_len=16, advantage_scale=scale,
+                          advantage_std_floor=floor)
+    got = np.asarray(batch.advantages)[:, -1]  # one conversation per row, failed one left out
+    kept = [np.array([1.0, 0.0, 0.5]), np.array([2.0, 0.0, 4.0, 1.0])]
+    centred = [r - r.mean() for r in kept]
+    if scale == "none":
+        want = centred
+    elif scale == "batch":
+        pooled = np.sqrt(sum((c ** 2).sum() for c in centred) / (2 + 3))
+        want = [c / pooled for c in centred]
+    else:
+        want = [c / max(r.std(ddof=1), floor) for c, r in zip(centred, kept)]
+    np.testing.assert_allclose(got, np.concatenate(want), rtol=1e-5)
