@@ -72,6 +72,14 @@ class CToMSettings:
             raise ConfigError("ctom.controller", "valid controller settings", str(err)) from None
         if config.trainer.group_size < 2:
             raise ConfigError("trainer.group_size", "an int >= 2", config.trainer.group_size)
+        # the conversation rollout packs its own rows and samples through the controller
+        if config.trainer.share_prompts:
+            raise ConfigError("trainer.share_prompts", "false for a CToM config (its "
+                              "conversations pack their own rows)", True)
+        if config.trainer.explore_temperature:
+            raise ConfigError("trainer.explore_temperature", "0 for a CToM config (the "
+                              "controller's sampler has no exploration point)",
+                              config.trainer.explore_temperature)
 
 
 def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):

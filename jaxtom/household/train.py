@@ -280,7 +280,8 @@ class ParticleRollout:
                                           scale=c.advantage_scale,
                                           std_floor=c.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
-        return Rollout(seqs, masks, adv.tolist(), groups.tolist(), count=len(seqs), metrics={
+        return Rollout(seqs, masks, adv.tolist(), groups.tolist(), count=len(seqs),
+                       prompt_lens=[len(p) for p in prompts], metrics={
             "reward_mean": float(np.mean(reward)),
             "reward_sq": float(np.mean(np.square(reward))),
             "valid": float(np.mean(ok)),

@@ -248,7 +248,8 @@ class QARollout:
         seqs, masks = completion_rows(prompts, completions)
         groups = [int(task["row"]) for task in tasks for _ in range(G)]
         answer = np.array([q.answer for q in qs])
-        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={
+        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs),
+                       prompt_lens=[len(p) for p in prompts], metrics={
             "reward_mean": float(reward.mean()), "reward_sq": float(np.mean(reward ** 2)),
             "valid": float(np.mean(choice >= 0)), "answer_a": float(np.mean(choice == 0)),
             self.agreement_metric: float(np.mean(choice == answer)),

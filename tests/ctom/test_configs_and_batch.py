@@ -96,3 +96,14 @@ def test_rollout_batch_advantages_follow_trainer_advantage_scale(scale, floor):
     else:
         want = [c / max(r.std(ddof=1), floor) for c, r in zip(centred, kept)]
     np.testing.assert_allclose(got, np.concatenate(want), rtol=1e-5)
+
+
+@pytest.mark.parametrize("override, field", [
+    ("trainer.share_prompts=true", "trainer.share_prompts"),
+    ("trainer.explore_temperature=2.0", "trainer.explore_temperature")])
+def test_ctom_refuses_trainer_fields_its_rollout_cannot_use(override, field):
+    from jaxtom.config import ConfigError, load_config
+    with pytest.raises(ConfigError) as err:
+        load_config("configs/ctom_math_qwen3_8b.py", ['model.path=""', override])
+    msg = str(err.value)
+    assert msg.startswith(f"config error: {field}:") and "CToM" in msg and "\n" not in msg

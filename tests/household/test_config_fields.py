@@ -76,11 +76,26 @@ def test_household_rollout_follows_reward_duplicates(monkeypatch):
     assert reject.advantages[0] == min(reject.advantages[:4])
 
 
-def test_household_refuses_min_lead_in_one_line():
+def test_household_rollout_reports_prompt_lengths_for_shared_prompts(monkeypatch):
+    """`trainer.share_prompts` acts on the household: each group's prompt is packed once."""
+    import dataclasses
+
+    from jaxtom.rl.trainer import pack_rollout
+    out = _rollout(monkeypatch, "trainer.row_len=512")
+    assert out.prompt_lens == [3] * 8
+    cfg = load_config(TINY, ["trainer.group_size=4", "trainer.row_len=512"]).trainer
+    shared = pack_rollout(out, dataclasses.replace(cfg, share_prompts=True))
+    assert shared.parent_ids is not None and shared.tokens.shape[0] == 2  # one row per group
+
+
+@pytest.mark.parametrize("override, field", [
+    ("mindzero.warmup.min_lead=0.5", "mindzero.warmup.min_lead"),
+    ("trainer.explore_temperature=2.0", "trainer.explore_temperature")])
+def test_household_refuses_what_it_cannot_use_in_one_line(override, field):
     with pytest.raises(ConfigError) as err:
-        load_config(TINY, ["mindzero.warmup.min_lead=0.5"])
+        load_config(TINY, [override])
     msg = str(err.value)
-    assert msg.startswith("config error: mindzero.warmup.min_lead:") and "'household'" in msg
+    assert msg.startswith(f"config error: {field}:") and "'household'" in msg
     assert "\n" not in msg
 
 

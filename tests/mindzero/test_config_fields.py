@@ -106,7 +106,9 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
     from jaxtom.models import Qwen3VL
     seen = {}
     monkeypatch.setattr(mz, "make_episodes", lambda config: (episodes, episodes))
-    from jaxtom import storage  # the run's tokenizer, written first: no corpus to render
+    from jaxtom import (
+        storage,  # the run's tokenizer, written first: no corpus to render
+    )
     from jaxtom.mindzero.policy import train_bpe
     from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
     tok = train_bpe(["the grid: red square 0.5 blue circle 0.5"] * 4, 320)
@@ -131,12 +133,14 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
     assert isinstance(seen["rebuild"](seen["config"]), Qwen3VL)
 
 
-@pytest.mark.parametrize("field, value", [("retries", 1), ("check_at", 5), ("min_lead", 0.5),
-                                          ("min_distinct", 4)])
-def test_qa_refuses_warmup_checks_in_one_line(field, value):
+@pytest.mark.parametrize("field, value", [
+    ("mindzero.warmup.retries", 1), ("mindzero.warmup.check_at", 5),
+    ("mindzero.warmup.min_lead", 0.5), ("mindzero.warmup.min_distinct", 4),
+    ("trainer.explore_temperature", 2.0)])
+def test_qa_refuses_what_it_cannot_use_in_one_line(field, value):
     with pytest.raises(ConfigError) as err:
-        load_config(QA, [f"mindzero.warmup.{field}={value}"])
+        load_config(QA, [f"{field}={value}"])
     msg = str(err.value)
-    assert msg.startswith(f"config error: mindzero.warmup.{field}:") and "'qa'" in msg
+    assert msg.startswith(f"config error: {field}:") and "'qa'" in msg
     assert "\n" not in msg
-    load_config(QA, [f"mindzero.warmup.{field}=0"])  # off is fine
+    load_config(QA, [f"{field}=0"])  # off is fine

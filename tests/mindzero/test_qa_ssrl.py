@@ -1,6 +1,7 @@
 """MindZero QA training (section 5.1): the answer parser, the reward against a float64 NumPy
 computation from the reference planner's likelihoods, the prompts, the rollouts on scripted
 answers, and the evaluation's scoring."""
+import dataclasses
 import math
 
 import jax
@@ -211,6 +212,23 @@ def test_qa_rollout_advantages_follow_trainer_advantage_scale(qa_set, table, mon
     want = group_advantages(np.float32(rewards), 4, scale=scale, std_floor=floor)
     np.testing.assert_allclose(out[scale, floor], want, rtol=0, atol=1e-5)
     assert not np.allclose(out[scale, floor], out["group", 0.0])
+
+
+def test_qa_rollout_packs_shared_prompts(qa_set, table, monkeypatch):
+    """`trainer.share_prompts` acts on QA: the rollout reports its prompt lengths, so each
+    group's prompt is packed once."""
+    from jaxtom.rl.trainer import pack_rollout
+    monkeypatch.setattr(qa_lib, "generate_rows", lambda model, prompts, rows, **kw: [
+        [ord("ab"[int(r) % 2])] + [0] for r in rows])
+    prompts = qa_lib.QAPrompts("compact", _Codec(), qa_set.view, qa_set.questions)
+    cfg = TrainerConfig(group_size=4, max_new_tokens=3, row_len=128)
+    out = qa_lib.QARollout(cfg, RewardConfig(), _Codec(), prompts, table)(
+        None, [{"question": 1, "row": 0}], jax.random.key(0), 0)
+    assert out.prompt_lens == [len(prompts(1))] * 4
+    plain = pack_rollout(out, cfg)
+    shared = pack_rollout(out, dataclasses.replace(cfg, share_prompts=True))
+    assert shared.parent_ids is not None and shared.tokens.shape[0] == 1
+    assert (np.asarray(shared.segment_ids) > 0).sum() < (np.asarray(plain.segment_ids) > 0).sum()
 
 
 def test_mirrored_groups_swap_the_letters_and_their_goals(qa_set, table, monkeypatch):
