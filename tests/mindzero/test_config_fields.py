@@ -103,14 +103,13 @@ def test_vl_configs_do_not_share_prompts_and_refuse_it_in_one_line():
 def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch, episodes):
     """Image observations run the goal path's checked warm-up (retries, check_at, min_lead,
     min_distinct act), rebuilding a Qwen3-VL for a retry."""
+    from jaxtom import storage
+    from jaxtom.mindzero.policy import train_bpe
     from jaxtom.models import Qwen3VL
+    from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
     seen = {}
     monkeypatch.setattr(mz, "make_episodes", lambda config: (episodes, episodes))
-    from jaxtom import (
-        storage,  # the run's tokenizer, written first: no corpus to render
-    )
-    from jaxtom.mindzero.policy import train_bpe
-    from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
+    # the run's tokenizer, written first: no corpus of pictures to render
     tok = train_bpe(["the grid: red square 0.5 blue circle 0.5"] * 4, 320)
     tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
     storage.save_tokenizer(tmp_path / "tokenizer.json", tok.backend)
