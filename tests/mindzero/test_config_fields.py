@@ -102,17 +102,12 @@ def test_vl_configs_do_not_share_prompts_and_refuse_it_in_one_line():
 
 def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch, episodes):
     """Image observations run the goal path's checked warm-up (retries, check_at, min_lead,
-    min_distinct act), rebuilding a Qwen3-VL for a retry."""
-    from jaxtom import storage
-    from jaxtom.mindzero.policy import train_bpe
+    min_distinct act), rebuilding a Qwen3-VL for a retry; the VL tokenizer has the "0."
+    token that `trainer.explore_temperature` explores after."""
     from jaxtom.models import Qwen3VL
-    from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
+    few = episodes.take([0, 1])  # a small BPE corpus
+    monkeypatch.setattr(mz, "make_episodes", lambda config: (few, few))
     seen = {}
-    monkeypatch.setattr(mz, "make_episodes", lambda config: (episodes, episodes))
-    # the run's tokenizer, written first: no corpus of pictures to render
-    tok = train_bpe(["the grid: red square 0.5 blue circle 0.5"] * 4, 320)
-    tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
-    storage.save_tokenizer(tmp_path / "tokenizer.json", tok.backend)
 
     class Stop(Exception):
         pass
@@ -122,14 +117,15 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
         raise Stop
 
     monkeypatch.setattr(mz, "checked_warm_up", checked)
-    cfg = load_config(VL, [f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=4",
-                           "mindzero.data.eval_episodes=2", "model.vocab_size=320",
+    cfg = load_config(VL, [f"trainer.workdir='{tmp_path}'", "model.vocab_size=320",
                            "mindzero.warmup.retries=2", "mindzero.warmup.min_lead=0.5"])
     with pytest.raises(Stop):
         vl_train.train_vl(cfg, progress=False)
     assert isinstance(seen["rollout"], vl_train.VLWarmupRollout)
     assert seen["config"].mindzero.warmup.retries == 2
     assert isinstance(seen["rebuild"](seen["config"]), Qwen3VL)
+    markers, digits = seen["rollout"].codec.probability_markers
+    assert markers and len(digits) == 10
 
 
 @pytest.mark.parametrize("field, value", [
