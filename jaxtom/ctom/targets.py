@@ -71,21 +71,6 @@ def prediction_targets(convs: Sequence[Conversation], simulator: UserSimulator, 
     return sorted(out, key=lambda x: (x.conversation, x.round, x.k))
 
 
-def group_advantages_np(rewards: Sequence[float], groups: Sequence[int],
-                        eps: float = 1e-6) -> np.ndarray:
-    """Eq. 5 per group (sample std, G-1); equal rewards or a lone member -> 0."""
-    rewards = np.asarray(rewards, np.float64)
-    groups = np.asarray(groups)
-    adv = np.zeros_like(rewards)
-    for g in np.unique(groups):
-        idx = np.nonzero(groups == g)[0]
-        r = rewards[idx]
-        if len(idx) < 2 or np.all(r == r[0]):
-            continue
-        adv[idx] = (r - r.mean()) / (r.std(ddof=1) + eps)
-    return adv.astype(np.float32)
-
-
 def spread_allocation(counts: Sequence[int], budget: int) -> list[int]:
     """How many targets each conversation keeps when only `budget` rows exist: as equal as
     the counts allow (round-robin), so no conversation loses all of its supervision while
@@ -139,11 +124,14 @@ def fit_target(context: Sequence[int], reply: Sequence[int], closing: Sequence[i
 def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
                   targets: Sequence[PredictionTarget], tok, *, num_rows: int, row_len: int,
                   pred_rows: int | None, pred_row_len: int, pad_id: int = 0,
-                  pred_rows_multiple: int = 1, return_metrics: bool = False):
+                  pred_rows_multiple: int = 1, return_metrics: bool = False,
+                  advantage_scale: str = "group", advantage_std_floor: float = 0.0):
     """The `jaxtom.rl.Batch` (with its prediction sub-batch) for one update.
 
-    Failed conversations are left out and excluded from their group's statistics. Every
-    round's sequence carries its conversation's advantage.
+    Failed conversations are left out and excluded from their group's statistics (ragged
+    groups of `jaxtom.rl.group_advantages`, scaled by `advantage_scale` /
+    `advantage_std_floor` as `trainer.*` says). Every round's sequence carries its
+    conversation's advantage.
 
     Prediction rows (one target per row: the loss averages each row's tokens, then rows, as
     eq. 2 does): `pred_rows` None or 0 sizes the sub-batch from the data, one row per target
@@ -155,10 +143,12 @@ def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
       prediction_targets = trained + dropped_rows + dropped_failed + dropped_length,
     and truncated_context / truncated_reply count trained targets that were cut.
     """
-    from jaxtom.rl import pack_sequences, prediction_batch
+    from jaxtom.rl import group_advantages, pack_sequences, prediction_batch
 
     keep = [i for i, c in enumerate(convs) if c.failed is None]
-    adv = group_advantages_np([convs[i].reward for i in keep], [groups[i] for i in keep])
+    adv = np.asarray(group_advantages([convs[i].reward for i in keep],
+                                      groups=[groups[i] for i in keep], scale=advantage_scale,
+                                      std_floor=advantage_std_floor))
     seqs, masks, decisions, advs, gids = [], [], [], [], []
     for a, i in zip(adv, keep):
         for seg in convs[i].sequences:

@@ -72,6 +72,14 @@ class CToMSettings:
             raise ConfigError("ctom.controller", "valid controller settings", str(err)) from None
         if config.trainer.group_size < 2:
             raise ConfigError("trainer.group_size", "an int >= 2", config.trainer.group_size)
+        # the conversation rollout packs its own rows and samples through the controller
+        if config.trainer.share_prompts:
+            raise ConfigError("trainer.share_prompts", "false for a CToM config (its "
+                              "conversations pack their own rows)", True)
+        if config.trainer.explore_temperature:
+            raise ConfigError("trainer.explore_temperature", "0 for a CToM config (the "
+                              "controller's sampler has no exploration point)",
+                              config.trainer.explore_temperature)
 
 
 def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):
@@ -189,7 +197,9 @@ class ConversationRollout:
         batch, counts = rollout_batch(convs, groups, targets, self.tok, num_rows=num_rows,
                                       row_len=cfg.row_len, pred_rows=s.pred_rows,
                                       pred_row_len=s.pred_row_len, pad_id=cfg.pad_id,
-                                      pred_rows_multiple=8, return_metrics=True)
+                                      pred_rows_multiple=8, return_metrics=True,
+                                      advantage_scale=cfg.advantage_scale,
+                                      advantage_std_floor=cfg.advantage_std_floor)
         metrics.update({f"pred/{k}": float(v) for k, v in counts.items()})
         # every process holds the whole step's metrics: the same values with the same count
         # make the trainer's count-weighted mean over processes those values

@@ -74,6 +74,13 @@ class HouseholdMindZero(MindZeroSection):
             if not ok:
                 raise ConfigError(f"mindzero.{field}", expected, got)
 
+        if config.trainer.explore_temperature:  # its rollout does not explore
+            raise ConfigError("trainer.explore_temperature", "0 for mindzero.data.task="
+                              "'household' (its sampler has no exploration point)",
+                              config.trainer.explore_temperature)
+        check(not self.warmup.min_lead, "warmup.min_lead",
+              "0 for mindzero.data.task='household' (its monitor has no observation lead "
+              "to name)", self.warmup.min_lead)
         check(d.observation in ("figure", "compact"), "data.observation",
               "'figure' or 'compact' for the household", d.observation)
         check(h.likelihood in LIKELIHOODS, "household.likelihood", f"one of {LIKELIHOODS}",

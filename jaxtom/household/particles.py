@@ -25,7 +25,8 @@ is named in the reason), counts 1..`max_count`, at least one object, p a finite 
 Modes, as in the public reward (`compute_score_prr_v3`):
   * `mode="train"`: any invalid entry fails the whole completion; duplicate goals (same task,
     objects and target; object order and repeats inside one goal do not matter) are merged
-    by summing p, and then exactly `num_particles` goals are required (None: any number);
+    by summing p (or, with `duplicates="reject"`, fail it), and then exactly
+    `num_particles` goals are required (None: any number);
   * `mode="eval"`: invalid entries are dropped (their reasons kept in `dropped`), duplicates
     merged, the `num_particles` most probable kept; fails only when nothing valid is left.
 More than `max_entries` (default 1000) entries fail at once. Probabilities are normalised as
@@ -324,11 +325,16 @@ def _goal(entry, max_count: int, strict: bool) -> tuple[Goal, float] | str:
 def parse_particles(text: str, *, mode: str = "train",
                     num_particles: int | None = DEFAULT_NUM_PARTICLES,
                     floor: float = DEFAULT_FLOOR, max_count: int = MAX_COUNT,
-                    max_entries: int = MAX_ENTRIES) -> HouseholdParticles | ParseFailure:
+                    max_entries: int = MAX_ENTRIES,
+                    duplicates: str = "merge") -> HouseholdParticles | ParseFailure:
     """Household particles from a raw completion, or a `ParseFailure` (never raises on model
-    output; bad arguments do raise). See the module docstring for the rules."""
+    output; bad arguments do raise). See the module docstring for the rules. `duplicates`
+    (`mindzero.reward.duplicates`, as the gridworld's parser reads it): `merge` (both modes'
+    default, the public reward) sums a repeated goal's p; `reject` fails the completion."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if duplicates not in ("reject", "merge"):
+        raise ValueError(f"duplicates must be reject or merge, got {duplicates!r}")
     if num_particles is not None and num_particles < 1:
         raise ValueError(f"num_particles must be >= 1 or None, got {num_particles}")
     if not 0.0 < floor < 1.0:
@@ -366,6 +372,8 @@ def parse_particles(text: str, *, mode: str = "train",
             dropped.append(f"particle {i}: {parsed}")
             continue
         goal, p = parsed
+        if goal in merged and duplicates == "reject":
+            return ParseFailure(f"particle {i}: a duplicate goal")
         merged[goal] = min(merged.get(goal, 0.0) + p, _MAX_WEIGHT)
     if not merged:
         return ParseFailure(f"no valid particle ({dropped[0]})" if dropped

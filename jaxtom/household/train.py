@@ -45,7 +45,7 @@ from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.policy import Codec, train_bpe
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, sample_rows
+from jaxtom.rl.trainer import Rollout, completion_rows, sample_rows
 
 
 # ---- model and tokenizer -------------------------------------------------------------------
@@ -268,15 +268,20 @@ class ParticleRollout:
                                     top_p=c.top_p, stop=list(self.codec.eos_ids),
                                     pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
         texts = [self.codec.decode(s) for s in completions]
-        parsed = [parse_particles(x, mode="train", num_particles=n) for x in texts]
+        parsed = [parse_particles(x, mode="train", num_particles=n,
+                                  duplicates=self.config.mindzero.reward.duplicates)
+                  for x in texts]
         goals, q, ok = to_arrays(parsed, n)
         t0 = time.perf_counter()
         ll, lp = self.terms(episode, t, goals, groups, n)
         score_s = time.perf_counter() - t0
         reward, terms = hr.elbo_reward(ll, q, ok, lp, cfg=self.rcfg)
-        adv = np.asarray(group_advantages(np.asarray(reward, np.float32), G))
+        adv = np.asarray(group_advantages(np.asarray(reward, np.float32), G,
+                                          scale=c.advantage_scale,
+                                          std_floor=c.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
-        return Rollout(seqs, masks, adv.tolist(), groups.tolist(), count=len(seqs), metrics={
+        return Rollout(seqs, masks, adv.tolist(), groups.tolist(), count=len(seqs),
+                       prompt_lens=[len(p) for p in prompts], metrics={
             "reward_mean": float(np.mean(reward)),
             "reward_sq": float(np.mean(np.square(reward))),
             "valid": float(np.mean(ok)),
@@ -338,19 +343,18 @@ def train(config, progress: bool = True) -> dict:
     mzc = config.mindzero
     timings = {"setup_s": time.perf_counter() - t0, "train_timesteps": len(records)}
     t1 = time.perf_counter()
-    if mzc.warmup.steps:
+    monitor = heldout_monitor(config, codec, test_eps)
+    if mzc.warmup.steps:  # checked and retried as the gridworld's warm-up is
         budget = max(config.trainer.max_new_tokens, teacher_budget(config, codec, train_eps))
         wcfg = dataclasses.replace(mz.warmup_trainer_config(config),
                                    row_len=row_len(config, prompts, records, budget))
-        warm = Trainer(model, task_records(train_eps, config),
-                       WarmupRollout(config, codec, train_eps, prompts),
-                       mz.warmup_step_config(config), wcfg, mesh=mesh, desc="warm-up")
-        model = warm.learner.model(warm.run())
-        mz.save_model(model, run_dir / "warmup")
+        model, scores = mz.checked_warm_up(
+            config, model, run_dir, monitor, mesh, tasks=task_records(train_eps, config),
+            rollout=WarmupRollout(config, codec, train_eps, prompts), trainer_config=wcfg,
+            rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0])
+        if scores is not None:
+            timings["warmup_monitor"] = scores
     timings["warmup_s"] = time.perf_counter() - t1
-    monitor = heldout_monitor(config, codec, test_eps)
-    if mzc.warmup.steps and (config.trainer.eval_every or mzc.warmup.min_distinct):
-        timings["warmup_monitor"] = mz.check_warmup(monitor(0, model), mzc.warmup.min_distinct)
     h = mzc.household
     scorer = None
     if "llm" in (h.likelihood, h.prior):

@@ -46,6 +46,8 @@ class WarmupSpec:
     batch_size: int = 32
     learning_rate: float = 3e-3
     teacher: str = "random"  # random | approached | listed | lead (see jaxtom.mindzero.data)
+    # The checks below act on every task whose warm-up is checked (goals, image goals,
+    # household: `trainer.checked_warm_up`); QA refuses them, the household refuses min_lead.
     # After the warm-up, the held-out monitor's greedy completions must number at least this
     # many distinct strings (0: no check): fewer means the model ignores its observation, and
     # SSRL from there only moves a constant (seen on other CPUs), so the run stops instead.
@@ -138,6 +140,20 @@ class MindZeroSection:
               w.check_at)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
+        if d.task == "qa":  # its warm-up (random letters) has no held-out check to act on
+            for name in ("min_distinct", "min_lead", "retries", "check_at"):
+                check(not getattr(w, name), f"warmup.{name}",
+                      "0 for mindzero.data.task='qa' (the QA warm-up is not checked, so "
+                      "nothing would act on it)", getattr(w, name))
+            if config.trainer.explore_temperature:  # a letter answer has no probability
+                raise ConfigError("trainer.explore_temperature", "0 for mindzero.data.task="
+                                  "'qa' (its answers have no probability digit to explore)",
+                                  config.trainer.explore_temperature)
+        if d.observation == "image" and config.trainer.share_prompts:
+            # image rollouts pack their own rows (each with its picture): no shared prompts
+            raise ConfigError("trainer.share_prompts", "false with mindzero.data.observation="
+                              "'image' (shared-prompt packing of per-row images is not built)",
+                              True)
         check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",
               "'random', 'approached', 'listed' or 'lead'", w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",

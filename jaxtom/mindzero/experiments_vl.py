@@ -15,9 +15,13 @@ from jaxtom.mindzero.experiments import paper_config, tiny_config
 
 
 def _with_images(cfg: Config, cell_size: int) -> Config:
+    """`cfg` reading pictures; no shared-prompt packing (image rows carry their own
+    picture, so `trainer.share_prompts` is refused for them)."""
     mz = cfg.mindzero
-    return dataclasses.replace(cfg, mindzero=dataclasses.replace(mz, data=dataclasses.replace(
-        mz.data, observation="image", image_cell_size=cell_size)))
+    return dataclasses.replace(
+        cfg, trainer=dataclasses.replace(cfg.trainer, share_prompts=False),
+        mindzero=dataclasses.replace(mz, data=dataclasses.replace(
+            mz.data, observation="image", image_cell_size=cell_size)))
 
 
 def vl_paper_config(name: str, model_dir: str) -> Config:
@@ -45,6 +49,6 @@ def tiny_vl_config() -> Config:
             mz, data=dataclasses.replace(mz.data, train_episodes=40, eval_episodes=8,
                                          stride=4, val_episodes=0),  # text path only
             warmup=dataclasses.replace(mz.warmup, steps=10, batch_size=8, min_distinct=0,
-                                       min_lead=0.0, retries=0),
+                                       min_lead=0.0, retries=0, check_at=0),
             eval=dataclasses.replace(mz.eval, episodes=8, assist_episodes=4, qa_episodes=0,
                                      assistance=False)))

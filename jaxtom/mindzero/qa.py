@@ -243,11 +243,13 @@ class QARollout:
         choice = np.array([self.parse(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
         qs = [self.prompts.questions[i] for i in index]
         reward = np.asarray(self.rewards(qs, choice))
-        adv = np.asarray(group_advantages(reward, G))
+        adv = np.asarray(group_advantages(reward, G, scale=c.advantage_scale,
+                                           std_floor=c.advantage_std_floor))
         seqs, masks = completion_rows(prompts, completions)
         groups = [int(task["row"]) for task in tasks for _ in range(G)]
         answer = np.array([q.answer for q in qs])
-        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs), metrics={
+        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs),
+                       prompt_lens=[len(p) for p in prompts], metrics={
             "reward_mean": float(reward.mean()), "reward_sq": float(np.mean(reward ** 2)),
             "valid": float(np.mean(choice >= 0)), "answer_a": float(np.mean(choice == 0)),
             self.agreement_metric: float(np.mean(choice == answer)),

@@ -266,19 +266,24 @@ class ParticleRollout:
                            "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G),
                                                                axis=1) == 0))})
 
-    def generate(self, model, prompts, tasks, key) -> list[list[int]]:
-        """Sampled completions of `prompts` (`group_size` rows per task, in task order). The
-        probability's digit is explored only with two or more hypotheses: a single one is
+    def explore(self) -> dict:
+        """The sampler's exploration arguments (`trainer.explore_temperature`: the digit
+        after a probability's "0."). Only with two or more hypotheses: a single one is
         written at p 1.0, so there is no split to explore (and its tokenizer may have no
         "0." token at all)."""
+        if self.config.mindzero.data.num_particles < 2:
+            return {}
+        return explore_kwargs(self.config.trainer, *self.codec.probability_markers)
+
+    def generate(self, model, prompts, tasks, key) -> list[list[int]]:
+        """Sampled completions of `prompts` (`group_size` rows per task, in task order),
+        explored as `explore()` says."""
         c = self.config.trainer
-        explore = (explore_kwargs(c, *self.codec.probability_markers)
-                    if self.config.mindzero.data.num_particles > 1 else {})
         return generate_rows(model, prompts, sample_rows(tasks, c.group_size), key=key,
                              max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                              top_p=c.top_p, stop=list(self.codec.eos_ids),
                              pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
-                             **explore)
+                             **self.explore())
 
 
 def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 128):
@@ -438,26 +443,34 @@ class BestModel:
 
 
 def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, monitor, mesh):
-    """The format warm-up, checked on the held-out monitor when `warmup.min_distinct`,
-    `warmup.min_lead` or `trainer.eval_every` ask for it; returns (model, monitor scores or
-    None). A warm-up that fails its check starts again from a fresh initialisation (init seed
-    + k, under `warmup_train_k`) up to `warmup.retries` times, then the run stops; with
-    `warmup.check_at` an attempt is also checked at that step and abandoned there if it
-    fails (`EarlyWarmupCheck`). Every attempt is step-based and resumable, so a rerun takes
-    the same path."""
-    w = config.mindzero.warmup
+    """The goal task's format warm-up (`checked_warm_up` on the text teacher's rollout)."""
     wcfg = dataclasses.replace(warmup_trainer_config(config), row_len=max_row_len(
         config, codec, view, max(config.trainer.max_new_tokens,
                                  longest_teacher_target(config, codec, view))))
+    return checked_warm_up(config, model, run_dir, monitor, mesh, tasks=task_records(view, 1),
+                           rollout=WarmupRollout(config, codec, view), trainer_config=wcfg,
+                           rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0])
+
+
+def checked_warm_up(config, model, run_dir: Path, monitor, mesh, *, tasks, rollout,
+                    trainer_config, rebuild):
+    """The format warm-up of every MindZero task that checks one (goals, images, household):
+    `rollout` on `tasks` under `trainer_config`, checked on the held-out `monitor` when
+    `warmup.min_distinct`, `warmup.min_lead` or `trainer.eval_every` ask for it; returns
+    (model, monitor scores or None). A warm-up that fails its check starts again from a
+    fresh initialisation (`rebuild(config)` with model seed + k, under `warmup_train_k`) up
+    to `warmup.retries` times, then the run stops; with `warmup.check_at` an attempt is also
+    checked at that step and abandoned there if it fails (`EarlyWarmupCheck`). Every
+    attempt is step-based and resumable, so a rerun takes the same path."""
+    w, wcfg = config.mindzero.warmup, trainer_config
     checked = bool(config.trainer.eval_every or w.min_distinct or w.min_lead)
     early = bool(0 < w.check_at < w.steps and (w.min_distinct or w.min_lead))
     scores = None
     for attempt in range(w.retries + 1):
         if attempt:
             print(f"warm-up: retry {attempt} of {w.retries} from init seed +{attempt}")
-            fresh = dataclasses.replace(config, model=dataclasses.replace(
-                config.model, seed=config.model.seed + attempt))
-            model, _ = build_model(fresh, run_dir, mesh=mesh)
+            model = rebuild(dataclasses.replace(config, model=dataclasses.replace(
+                config.model, seed=config.model.seed + attempt)))
         cfg = wcfg if not attempt else dataclasses.replace(
             wcfg, workdir=f"{wcfg.workdir}_{attempt}")
         hooks = []
@@ -466,9 +479,8 @@ def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, moni
             hooks = [EarlyWarmupCheck(monitor, w, storage.path(cfg.workdir))]
         try:
             EarlyWarmupCheck.raise_if_abandoned(cfg.workdir)
-            warm = Trainer(model, task_records(view, 1), WarmupRollout(config, codec, view),
-                           warmup_step_config(config), cfg, mesh=mesh, eval_hooks=hooks,
-                           desc="warm-up")
+            warm = Trainer(model, tasks, rollout, warmup_step_config(config), cfg, mesh=mesh,
+                           eval_hooks=hooks, desc="warm-up")
             model = warm.learner.model(warm.run())
             if not checked:
                 break

@@ -37,9 +37,10 @@ from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
 from jaxtom.models.vl_config import VisionConfig, VLConfig
 from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
-from jaxtom.rl.trainer import Trainer, global_rollout, sample_rows
+from jaxtom.rl.trainer import global_rollout, sample_rows
 from jaxtom.rl.vl_batch import vl_rows
 
+PROBABILITY_MARKER = "0."
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks
 TINY_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
                    num_position_embeddings=64, deepstack_visual_indexes=(0, 1))
@@ -66,6 +67,9 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
         rng = np.random.default_rng(config.trainer.seed)
         tok = train_bpe(text_trainer.corpus(config, views, rng), m.vocab_size)
         tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
+        # a probability's "0." as one token, where `trainer.explore_temperature` explores
+        # (the text prompts' BPE merges it; the longer image prompts' BPE may not)
+        tok.backend.add_tokens([PROBABILITY_MARKER])
         if jax.process_index() == 0:
             storage.save_tokenizer(path, tok.backend)
     else:
@@ -193,7 +197,8 @@ class VLParticleRollout(text_trainer.ParticleRollout):
                                 num_patches=self.prompts.num_patches,
                                 max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                                 top_p=c.top_p, stop=list(self.codec.eos_ids),
-                                pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+                                pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
+                                **self.explore())
 
     def __call__(self, model, tasks, key, step):
         r = super().__call__(model, tasks, key, step)
@@ -252,21 +257,18 @@ def train_vl(config, progress: bool = True) -> dict:
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
     mz = config.mindzero
-    if mz.warmup.steps:
+    monitor = vl_heldout_monitor(config, test_view, codec, vl)
+    if mz.warmup.steps:  # checked and retried as the text warm-up is
         budget = max(c.max_new_tokens, text_trainer.longest_teacher_target(config, codec, view))
         wcfg = dataclasses.replace(text_trainer.warmup_trainer_config(config),
                                    row_len=vl_row_len(config, prompts, view, budget))
-        warm = Trainer(model, text_trainer.task_records(view, 1),
-                       VLWarmupRollout(config, codec, view, prompts, wcfg.row_len),
-                       text_trainer.warmup_step_config(config), wcfg, mesh=mesh,
-                       desc="warm-up")
-        model = warm.learner.model(warm.run())
-        text_trainer.save_model(model, run_dir / "warmup")
+        model, scores = text_trainer.checked_warm_up(
+            config, model, run_dir, monitor, mesh, tasks=text_trainer.task_records(view, 1),
+            rollout=VLWarmupRollout(config, codec, view, prompts, wcfg.row_len),
+            trainer_config=wcfg, rebuild=lambda cfg: build_vl_model(cfg, run_dir, mesh=mesh)[0])
+        if scores is not None:
+            timings["warmup_monitor"] = scores
     timings["warmup_s"] = time.perf_counter() - t1
-    monitor = vl_heldout_monitor(config, test_view, codec, vl)
-    if mz.warmup.steps and mz.warmup.min_distinct:
-        timings["warmup_monitor"] = text_trainer.check_warmup(monitor(0, model),
-                                                              mz.warmup.min_distinct)
     t2 = time.perf_counter()
     table = np.asarray(text_trainer.cumulative_log_likelihoods(train_eps.trajectories, params))
     state = text_trainer.run_ssrl(

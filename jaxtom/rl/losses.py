@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # log-ratios and KL log-differences are clamped to this range before exponentiation: e^20 is
 # ~5e8, far beyond any ratio the clip keeps, and it keeps float32 finite.
@@ -26,18 +27,25 @@ def _safe_div(total, count):
 ADVANTAGE_SCALES = ("group", "batch", "none")
 
 
-def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6,
-                     scale: str = "group", std_floor: float = 0.0) -> jax.Array:
+def group_advantages(rewards: jax.Array, group_size: int | None = None, eps: float = 1e-6,
+                     scale: str = "group", std_floor: float = 0.0, *,
+                     groups=None) -> jax.Array:
     """GRPO advantages: rewards centred on their group's mean, then divided by a scale.
 
-    `scale="group"` (GRPO): each group's own sample std (denominator G-1), so every group
+    Groups are `group_size` consecutive rewards, or, with `groups` (one id per reward, any
+    order, any sizes), the rewards sharing an id: ragged groups, e.g. CToM's once failed
+    conversations drop out. A lone member gets zero advantage.
+
+    `scale="group"` (GRPO): each group's own sample std (denominator size-1), so every group
     weighs the same however little its rewards differ. `"batch"`: one std over all the
     batch's centred rewards, so a group whose rewards barely differ gets a small advantage
     instead of unit-scale noise (MindZero's pre-pick prompts: two pairs within 0.4 nats).
     `"none"`: centred rewards as they are (Dr. GRPO). `std_floor` (with "group"): a group's
     std counts as at least this, so rewards that differ by less than the floor stay small
     advantages while wider groups are normalised as in GRPO. A group of equal rewards gets
-    exactly zero advantage in every mode, and no critic is involved.
+    exactly zero advantage in every mode, and no critic is involved. This is every
+    rollout's advantage function (gridworld, QA, household, CToM, the generic trainer), so
+    `trainer.advantage_scale` and `advantage_std_floor` mean the same everywhere.
     """
     if std_floor < 0 or (std_floor > 0 and scale != "group"):
         raise ValueError(f"std_floor must be >= 0 and only with scale='group', got "
@@ -47,23 +55,60 @@ def group_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6,
     rewards = jnp.asarray(rewards, jnp.float32)
     if rewards.ndim != 1:
         raise ValueError(f"rewards must be 1-D [num_sequences], got shape {rewards.shape}")
-    if group_size < 2 or rewards.shape[0] % group_size:
-        raise ValueError(f"group_size must be >= 2 and divide the number of rewards "
-                         f"({rewards.shape[0]}), got {group_size}")
-    r = rewards.reshape(-1, group_size)
-    mean = r.mean(axis=1, keepdims=True)
-    centred = r - mean
-    # rewards equal up to float rounding still count as equal: zero, not noise / eps
-    equal = jnp.all(r == r[:, :1], axis=1, keepdims=True)
-    centred = jnp.where(equal, 0.0, centred)
+    if (group_size is None) == (groups is None):
+        raise ValueError("give exactly one of group_size (consecutive groups) and groups "
+                         "(one group id per reward)")
+    if groups is None:
+        if group_size < 2 or rewards.shape[0] % group_size:
+            raise ValueError(f"group_size must be >= 2 and divide the number of rewards "
+                             f"({rewards.shape[0]}), got {group_size}")
+        blocks = [rewards.reshape(-1, group_size)]
+        index = None
+    else:
+        index = group_blocks(groups, rewards.shape[0])
+        blocks = [rewards[jnp.asarray(ix)] for ix in index]
+    centred = [_centred(r) for r in blocks]
     if scale == "none":
-        return centred.reshape(-1)
-    if scale == "group":
-        std = jnp.sqrt(jnp.sum(centred * centred, axis=1, keepdims=True) / (group_size - 1))
-        std = jnp.maximum(std, std_floor)
+        adv = centred
+    elif scale == "group":
+        adv = []
+        for c in centred:
+            std = jnp.sqrt(jnp.sum(c * c, axis=1, keepdims=True) / (c.shape[1] - 1))
+            adv.append(c / (jnp.maximum(std, std_floor) + eps))
     else:  # the pooled within-group std of the batch
-        std = jnp.sqrt(jnp.sum(centred * centred) / (r.shape[0] * (group_size - 1)))
-    return (centred / (std + eps)).reshape(-1)
+        dof = sum(c.shape[0] * (c.shape[1] - 1) for c in centred)
+        std = jnp.sqrt(sum(jnp.sum(c * c) for c in centred) / max(dof, 1))
+        adv = [c / (std + eps) for c in centred]
+    if index is None:
+        return adv[0].reshape(-1)
+    out = jnp.zeros(rewards.shape[0], jnp.float32)
+    for ix, a in zip(index, adv):
+        out = out.at[jnp.asarray(ix.reshape(-1))].set(a.reshape(-1))
+    return out
+
+
+def _centred(r: jax.Array) -> jax.Array:
+    """[groups, size] rewards minus their row's mean; rows of equal rewards (up to float
+    rounding) give exactly zero, not noise / eps."""
+    centred = r - r.mean(axis=1, keepdims=True)
+    equal = jnp.all(r == r[:, :1], axis=1, keepdims=True)
+    return jnp.where(equal, 0.0, centred)
+
+
+def group_blocks(groups, n: int) -> list:
+    """The reward indices of each group of two or more, as one int [groups, size] array per
+    group size (members in order); lone members belong to none."""
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError(f"groups must hold one id per reward ({n}), got shape {groups.shape}")
+    members: dict = {}
+    for i, g in enumerate(groups.tolist()):
+        members.setdefault(g, []).append(i)
+    by_size: dict[int, list] = {}
+    for m in members.values():
+        if len(m) >= 2:
+            by_size.setdefault(len(m), []).append(m)
+    return [np.asarray(v, np.int64) for _, v in sorted(by_size.items())]
 
 
 def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:

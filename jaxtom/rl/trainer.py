@@ -59,7 +59,8 @@ class TrainerConfig:
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
     # pack each group's prompt once before its samples (`pack_shared_prompts`): the same
     # log-probs and gradients from fewer tokens; rows then hold one group each (num_rows=0)
-    # and their length is the longest group's, rounded up to a multiple of 64
+    # and their length is the longest group's, rounded up to a multiple of 64 (rollouts that
+    # pack their own rows, MindZero's image prompts and CToM's conversations, refuse it)
     share_prompts: bool = False
     stop_tokens: tuple[int, ...] = ()
     pad_id: int = 0

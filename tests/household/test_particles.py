@@ -215,3 +215,15 @@ def test_fuzz_round_trip(items):
     got = parse_particles(format_particles(goals, probs, decimals=6), num_particles=None)
     assert got.ok
     assert set(got.goals) == set(goals)
+
+
+def test_training_can_reject_duplicates_instead_of_merging():
+    """`mindzero.reward.duplicates=reject` (the household rollout passes it): a repeated goal
+    fails the completion instead of adding its p."""
+    text = doc(entry(p=0.4), entry(p=0.2), entry(task="put_fridge", objects=(("apple", 1),),
+                                                  target="fridge", p=0.4))
+    assert parse_particles(text, num_particles=2).ok  # merge, the default
+    failed = parse_particles(text, num_particles=2, duplicates="reject")
+    assert not failed.ok and "duplicate" in failed.reason
+    with pytest.raises(ValueError, match="duplicates"):
+        parse_particles(text, duplicates="keep")

@@ -1,6 +1,7 @@
 """MindZero QA training (section 5.1): the answer parser, the reward against a float64 NumPy
 computation from the reference planner's likelihoods, the prompts, the rollouts on scripted
 answers, and the evaluation's scoring."""
+import dataclasses
 import math
 
 import jax
@@ -185,6 +186,49 @@ def test_qa_rollout_rewards_scripted_answers(qa_set, table, monkeypatch):
     assert out.group_ids == [0] * 4 + [1] * 4
     assert all(m[:len(p)] == [0.0] * len(p) for m, p in zip(
         out.policy_masks, [prompts(i) for i in (0, 0, 0, 0, 2, 2, 2, 2)]))
+
+
+@pytest.mark.parametrize("scale, floor", [("none", 0.0), ("batch", 0.0), ("group", 1e4)])
+def test_qa_rollout_advantages_follow_trainer_advantage_scale(qa_set, table, monkeypatch,
+                                                              scale, floor):
+    """`trainer.advantage_scale` / `advantage_std_floor` act on QA (and household QA, its
+    subclass) as on the goal rollout: the one advantage function with the config's scale."""
+    answers = ["a", "b", "a b", "(c)"]
+    monkeypatch.setattr(qa_lib, "generate_rows", lambda model, prompts, rows, **kw: [
+        [ord(c) for c in answers[int(r) % 4]] + [0] for r in rows])
+    prompts = qa_lib.QAPrompts("compact", _Codec(), qa_set.view, qa_set.questions)
+    tasks = [{"question": i, "row": j} for j, i in enumerate((0, 2))]
+    out = {}
+    for s, f in (("group", 0.0), (scale, floor)):
+        cfg = TrainerConfig(group_size=4, max_new_tokens=3, advantage_scale=s,
+                            advantage_std_floor=f)
+        rollout = qa_lib.QARollout(cfg, RewardConfig(), _Codec(), prompts, table)
+        out[s, f] = np.asarray(rollout(None, tasks, jax.random.key(0), 0).advantages)
+    rewards = []
+    for task in tasks:
+        q = qa_set.questions[task["question"]]
+        ll = table[q.episode, q.step, list(q.option_goals)]
+        rewards += [ll[0], ll[1], (q.step + 1) * LOG_FLOOR, (q.step + 1) * LOG_FLOOR]
+    want = group_advantages(np.float32(rewards), 4, scale=scale, std_floor=floor)
+    np.testing.assert_allclose(out[scale, floor], want, rtol=0, atol=1e-5)
+    assert not np.allclose(out[scale, floor], out["group", 0.0])
+
+
+def test_qa_rollout_packs_shared_prompts(qa_set, table, monkeypatch):
+    """`trainer.share_prompts` acts on QA: the rollout reports its prompt lengths, so each
+    group's prompt is packed once."""
+    from jaxtom.rl.trainer import pack_rollout
+    monkeypatch.setattr(qa_lib, "generate_rows", lambda model, prompts, rows, **kw: [
+        [ord("ab"[int(r) % 2])] + [0] for r in rows])
+    prompts = qa_lib.QAPrompts("compact", _Codec(), qa_set.view, qa_set.questions)
+    cfg = TrainerConfig(group_size=4, max_new_tokens=3, row_len=128)
+    out = qa_lib.QARollout(cfg, RewardConfig(), _Codec(), prompts, table)(
+        None, [{"question": 1, "row": 0}], jax.random.key(0), 0)
+    assert out.prompt_lens == [len(prompts(1))] * 4
+    plain = pack_rollout(out, cfg)
+    shared = pack_rollout(out, dataclasses.replace(cfg, share_prompts=True))
+    assert shared.parent_ids is not None and shared.tokens.shape[0] == 1
+    assert (np.asarray(shared.segment_ids) > 0).sum() < (np.asarray(plain.segment_ids) > 0).sum()
 
 
 def test_mirrored_groups_swap_the_letters_and_their_goals(qa_set, table, monkeypatch):

@@ -200,3 +200,30 @@ def test_gradients_finite_on_degenerate_inputs():
         tmask = jnp.asarray(rng.random((B, T)) < rng.random(), jnp.float32)
         val, g = jax.value_and_grad(rl.prediction_nll)(logp, tmask)
         assert np.isfinite(float(val)) and np.all(np.isfinite(np.asarray(g)))
+
+
+def test_group_advantages_take_ragged_groups_by_id():
+    """Groups named by id (any order, any sizes; CToM's once failed conversations drop
+    out): each is normalised on its own members, a lone member gets 0, and equal-size
+    consecutive ids give bit for bit what group_size gives."""
+    rng = np.random.default_rng(3)
+    r = rng.normal(size=9).astype(np.float32)
+    ids = np.array([2, 0, 2, 0, 5, 2, 0, 0, 7])  # sizes 3, 4, 1, 1
+    for scale in ("group", "batch", "none"):
+        got = np.asarray(rl.group_advantages(r, scale=scale, groups=ids))
+        centred = {g: r[ids == g] - r[ids == g].mean() for g in (0, 2)}
+        pooled = np.sqrt(sum((c ** 2).sum() for c in centred.values()) / (3 + 2))
+        for g, c in centred.items():
+            den = {"group": r[ids == g].std(ddof=1), "batch": pooled, "none": 1.0}[scale]
+            np.testing.assert_allclose(got[ids == g], c / den, rtol=1e-5, atol=1e-6)
+        assert got[4] == got[8] == 0.0
+    even = rng.normal(size=12).astype(np.float32)
+    for scale, floor in (("group", 0.0), ("group", 0.5), ("batch", 0.0), ("none", 0.0)):
+        a = np.asarray(rl.group_advantages(even, 4, scale=scale, std_floor=floor))
+        b = np.asarray(rl.group_advantages(even, scale=scale, std_floor=floor,
+                                           groups=np.arange(12) // 4))
+        assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="exactly one of group_size"):
+        rl.group_advantages(even, 4, groups=np.arange(12) // 4)
+    with pytest.raises(ValueError, match="one id per reward"):
+        rl.group_advantages(even, groups=[0, 1])
