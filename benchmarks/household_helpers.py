@@ -3,8 +3,8 @@
 (a) Assistance: over `--seeds` seeds, 16 test-apartment episodes each (apartments 3, 6; the
     paper's test set size), 3 runs per episode: oracle (true goal), exact posterior, SMC with
     the symbolic likelihood, random goal; speedup over the person alone (mean ± SE over
-    episodes per seed) and paired margins. `--observation partial` gives the person the
-    partial view (the default is O-WAH's full observation).
+    episodes per seed) and paired margins. `--observation full` gives the person the
+    whole apartment (O-WAH's evaluation); the default is the paper's partial view.
 (b) QA: questions from `--qa-episodes` test-apartment episodes per seed; accuracy per type of
     the planner's own belief, the label-free reward's choice and a random answerer.
 The last line is one JSON object with every figure.
@@ -31,7 +31,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--episodes", type=int, default=16)
-    ap.add_argument("--observation", choices=("full", "partial"), default="full")
+    ap.add_argument("--observation", choices=("full", "partial"), default="partial")
     ap.add_argument("--qa-episodes", type=int, default=48)
     ap.add_argument("--skip-assist", action="store_true")
     ap.add_argument("--skip-qa", action="store_true")

@@ -24,9 +24,10 @@ chose (its intent); when the helper took the object first it had no effect.
 Model-driven and inferred beliefs start after the human's first put (the public code's
 `--gnp_start_at_put`) and refresh every step except when the human's last two actions are
 the same walk; the oracle acts from the start. The helper sees the whole apartment (O-WAH's
-default full observation); so does the human by default, as in O-WAH's evaluation
-(`AssistConfig.human.full_observation=False` gives it the partial view, under which opening
-containers alone helps a searching person). Both act on the same state; the two actions apply
+default full observation); the human has the partial view by default, as the paper's domain
+(section 5.3; O-WAH's evaluation ran full, its `--obs_type=partial` commented out), under
+which opening containers alone helps a searching person; `AssistConfig.human` with
+`full_observation=True` gives it the whole apartment. Both act on the same state; the two actions apply
 in a random order, and one that has become illegal (the other agent took the object) is a
 wait. `evaluate_run_assistance` is `jaxtom eval`'s hook (`evaluate_assist`).
 """
@@ -354,13 +355,13 @@ def helper_action(state: State, memory: HelperMemory, gnp: GnPConfig = GnPConfig
 # --- one run ---------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class AssistConfig:
-    """`human`: the person's parameters. The default observes fully, as O-WAH's evaluation
-    ran (its `--obs_type=partial` is commented out; notes section 1): under partial
-    observation any helper that opens containers shows the searching person what is inside,
+    """`human`: the person's parameters. The default observes partially, as the paper's
+    domain (section 5.3; O-WAH's evaluation ran full, its `--obs_type=partial` commented
+    out): any helper that opens containers then shows the searching person what is inside,
     so even a random-goal helper speeds it up (benchmarks/README, household section)."""
     max_steps: int = MAX_STEPS
     gnp: GnPConfig = GnPConfig()
-    human: HumanParams = HumanParams(full_observation=True)
+    human: HumanParams = HumanParams()
 
 
 def _refresh_due(ctx: AssistContext, source: BeliefSource, cfg: AssistConfig) -> bool:

@@ -53,7 +53,8 @@ class HumanParams:
     search_penalty: float = 2.0  # steps added to a search subgoal (the object may not be there)
     commitment: float = 1.5  # steps taken off the subgoal that continues the walk under way
     walk_metres: float = WALK_METRES
-    full_observation: bool = False  # O-WAH's default; the paper claims partial
+    # the paper's domain is partially observable (section 5.3); O-WAH's code runs full
+    full_observation: bool = False
 
     def __post_init__(self):
         if not self.temperature > 0:

@@ -23,9 +23,7 @@ from jaxtom.gridworld import helper as helper_lib
 from jaxtom.gridworld.simulation import rollout_batch
 from jaxtom.gridworld.text import object_label
 from jaxtom.gridworld.types import STAY, EnvParams, EnvState, goal_index
-from jaxtom.mindzero.observation import get_observation
 from jaxtom.mindzero.particles import parse_particles
-from jaxtom.mindzero.policy import Codec, sample_completions
 
 
 @functools.partial(jax.jit, static_argnames=("params",))
@@ -44,7 +42,9 @@ def _assist_step(keys, t, states: EnvState, memory, goals, probs, has_belief, fr
 
 @dataclasses.dataclass
 class LiveView:
-    """The recorded history of live rows, shaped like `HostEpisodes` for the observations."""
+    """The recorded history of live rows, shaped like `HostEpisodes` for the observations;
+    `now` holds the live states at step `t_now` (what a picture shows), copied to the host
+    on the first `state` call of a step (text observations never need it)."""
     labels: list
     dist: np.ndarray
     obj_cell: np.ndarray
@@ -52,6 +52,12 @@ class LiveView:
     holding: np.ndarray
     start_cell: np.ndarray
     length: np.ndarray
+    now: EnvState | None = None
+    t_now: int = -1
+    _host: EnvState | None = None
+
+    def at(self, live: EnvState, t: int) -> None:
+        self.now, self.t_now, self._host = live, t, None
 
     def distances(self, e, t):
         return self.dist[e, self.human_cell[e, t], self.obj_cell[e, t]].astype(int)
@@ -60,20 +66,29 @@ class LiveView:
         if t < 1:
             raise ValueError("a live row is queried after its first action")
 
+    def state(self, e, t):
+        """Row e's live state before action index t: only the current step is kept."""
+        self.check_step(e, t)
+        if t != self.t_now or self.now is None:
+            raise ValueError(f"live row {e}: step {t} asked, the live states are at step "
+                             f"{self.t_now}")
+        if self._host is None:
+            self._host = jax.device_get(self.now)
+        return jax.tree.map(lambda x: x[e], self._host)
+
 
 def _tile(tree, reps: int):
     return jax.tree.map(lambda x: jnp.concatenate([x] * reps), tree)
 
 
-def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(10, 20, 30),
-           num_particles: int = 2, observation: str = "compact", max_new_tokens: int = 64,
-           temperature: float = 0.0):
-    """Runs the model-driven helper on every episode x seed; returns speedups [S, E], the
+def assist(queries, states: EnvState, params: EnvParams, *, seeds=(10, 20, 30),
+           num_particles: int = 2, max_new_tokens: int = 64, temperature: float = 0.0):
+    """Runs the helper driven by a model (asked through `queries`: `evaluate.TextQueries`
+    or `vl_eval.VLQueries`) on every episode x seed; returns speedups [S, E], the
     (row, t, correct) log of the argmax particle, and tokens per query."""
-    if not observation.startswith("compact"):
-        raise NotImplementedError("online assistance renders the compact observation only; "
-                                  "the figure transcript needs the live EpisodeSet (TODO)")
-    render = get_observation(observation)
+    if getattr(queries, "observation", None) == "figure":
+        raise ValueError("online assistance renders the compact observations and the picture; "
+                         "the figure transcript needs each live row's whole trajectory")
     E, S, W = int(states.time.shape[0]), len(seeds), params.width
     rows = S * E
     keys = jnp.concatenate([jax.random.split(jax.random.key(s), E) for s in seeds])
@@ -107,10 +122,9 @@ def assist(model, codec: Codec, states: EnvState, params: EnvParams, *, seeds=(1
         asks = (last != STAY) | params.refresh_on_pause
         need = np.flatnonzero(~done & asks) if t >= 1 else np.array([], int)
         if len(need):
-            prompts = [codec.prompt_ids(render(view, r, t, num_particles)) for r in need]
-            texts, _, n_tok = sample_completions(model, codec, prompts, key=jax.random.key(t),
-                                                 temperature=temperature,
-                                                 max_new_tokens=max_new_tokens, pad_rows=True)
+            view.at(live, t)
+            texts, n_tok = queries.ask(view, [(r, t) for r in need], key=jax.random.key(t),
+                                       temperature=temperature, max_new_tokens=max_new_tokens)
             tokens.extend(n_tok.tolist())
             for r, text in zip(need, texts):
                 parsed = parse_particles(text, view.labels[r], mode="eval",

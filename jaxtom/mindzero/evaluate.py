@@ -15,9 +15,12 @@ question's step -- the option whose ordered goal has more mass, ties by a coin f
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
+from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld import goal_index, goal_posterior, start_order_prior
 from jaxtom.gridworld.qa import QUESTION_TYPES
@@ -25,6 +28,7 @@ from jaxtom.gridworld.types import EnvParams, goal_pairs
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles
 from jaxtom.mindzero.policy import Codec, sample_completions
+from jaxtom.models import Decoder
 
 
 def steps_to_score(view: HostEpisodes, stride: int = 1) -> list[tuple[int, int]]:
@@ -42,14 +46,39 @@ def dense(particles, num_objects: int) -> np.ndarray:
 GREEDY_ROWS = 128  # rows per greedy sampler call in `model_beliefs`
 
 
-def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation: str,
-                  num_particles: int, max_new_tokens: int, num_objects: int = 8,
-                  temperature: float = 0.0, seed: int = 0):
-    """[M, G] beliefs of a model at each (episode, t) row, plus tokens processed per query.
+@dataclasses.dataclass
+class TextQueries:
+    """How a text policy is asked for particles at (episode, t) rows of a view (held-out
+    episodes, or the live rows of online assistance): the run's observation rendered and
+    sampled in one call. `jaxtom.mindzero.vl_eval.VLQueries` is the image counterpart."""
+    model: Decoder
+    codec: Codec
+    observation: str
+    num_particles: int
+
+    def ask(self, view, rows, *, key, temperature: float, max_new_tokens: int):
+        """(completion texts, tokens processed per query) for `rows`, one sampler call."""
+        render = get_observation(self.observation)
+        prompts = [self.codec.prompt_ids(render(view, e, t, self.num_particles))
+                   for e, t in rows]
+        texts, _, tokens = sample_completions(self.model, self.codec, prompts, key=key,
+                                              temperature=temperature,
+                                              max_new_tokens=max_new_tokens, pad_rows=True)
+        return texts, tokens
+
+    def tflops_per_query(self, tokens: float) -> float:
+        """Appendix A.2: 2 x active parameters x tokens processed."""
+        return flops.inference_tflops(flops.active_params(self.model), tokens)
+
+
+def model_beliefs(queries, view: HostEpisodes, rows, *, num_particles: int,
+                  max_new_tokens: int, num_objects: int = 8, temperature: float = 0.0,
+                  seed: int = 0):
+    """[M, G] beliefs of a model (asked through `queries`: `TextQueries` or `VLQueries`) at
+    each (episode, t) row, plus tokens processed per query.
     Sampled queries: one sampler call per timestep for all episodes (its key folds in t).
     Greedy ones depend on nothing but their prompt, so they go `GREEDY_ROWS` at a time: a
     few large calls instead of one small call per timestep."""
-    render = get_observation(observation)
     beliefs = np.zeros((len(rows), num_objects * (num_objects - 1)))
     tokens = np.zeros(len(rows))
     by_t: dict[int, list[int]] = {}
@@ -61,11 +90,9 @@ def model_beliefs(model, codec: Codec, view: HostEpisodes, rows, *, observation:
         order = sorted(range(len(rows)), key=lambda i: (rows[i][1], rows[i][0]))
         calls = [(0, order[k:k + GREEDY_ROWS]) for k in range(0, len(order), GREEDY_ROWS)]
     for t, idx in calls:
-        prompts = [codec.prompt_ids(render(view, rows[i][0], rows[i][1], num_particles))
-                   for i in idx]
-        texts, _, n_tok = sample_completions(
-            model, codec, prompts, key=jax.random.fold_in(jax.random.key(seed), t),
-            temperature=temperature, max_new_tokens=max_new_tokens, pad_rows=True)
+        texts, n_tok = queries.ask(view, [rows[i] for i in idx],
+                                   key=jax.random.fold_in(jax.random.key(seed), t),
+                                   temperature=temperature, max_new_tokens=max_new_tokens)
         for i, text, n in zip(idx, texts, n_tok):
             e = rows[i][0]
             beliefs[i] = dense(parse_particles(text, view.labels[e], mode="eval",
@@ -198,17 +225,16 @@ def qa_scores(beliefs: dict[str, np.ndarray], questions, row_index=None, seed: i
 
 
 def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *,
-               observation: str, num_particles: int, max_new_tokens: int, seed: int = 0,
+               num_particles: int, max_new_tokens: int, seed: int = 0,
                temperature: float = 0.0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Goal distributions at the questions' (episode, step) rows for each model in `models`
-    (name -> (model, codec); batched as in `model_beliefs`) and for the
+    (name -> its queries, `TextQueries` or `VLQueries`; batched as in `model_beliefs`) and for the
     baselines (random goal, exact posterior and its top-N, named as in the goal table), and
     each question's row index."""
     rows, index = qa_rows(questions)
     beliefs = {}
-    for name, (model, codec) in models.items():
-        beliefs[name], _ = model_beliefs(model, codec, view, rows, observation=observation,
-                                         num_particles=num_particles,
+    for name, queries in models.items():
+        beliefs[name], _ = model_beliefs(queries, view, rows, num_particles=num_particles,
                                          max_new_tokens=max_new_tokens,
                                          num_objects=params.num_objects,
                                          temperature=temperature, seed=seed)
@@ -218,6 +244,6 @@ def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *
     return beliefs, index
 
 
-__all__ = ["dense", "goal_pairs", "model_beliefs", "progress_curves", "qa_beliefs",
+__all__ = ["TextQueries", "dense", "goal_pairs", "model_beliefs", "progress_curves", "qa_beliefs",
            "qa_from_beliefs", "qa_rows", "qa_scores", "reference_beliefs", "score_methods",
            "steps_to_score"]

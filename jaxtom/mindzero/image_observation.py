@@ -11,17 +11,17 @@ tokenizer corpora and row-length bounds read it as they read any prompt.
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
-from jaxtom.gridworld.text import IMAGE_TOKEN
-from jaxtom.mindzero.observation import HostEpisodes, figure_observation
+from jaxtom.gridworld.text import IMAGE_TOKEN, assistance_prompt
+from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
 
 
 def image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) -> str:
-    """The prompt text, with one image placeholder where the picture goes."""
-    text = figure_observation(view, e, t, num_particles, modality="image")
+    """The prompt text, with one image placeholder where the picture goes. `view`: anything
+    with `state(e, t)` (held-out episodes, or the live rows of online assistance)."""
+    text = assistance_prompt(view.state(e, t), None, num_particles, modality="image")
     if text.count(IMAGE_TOKEN) != 1:
         raise ValueError(f"the image prompt must have one {IMAGE_TOKEN} slot, found "
                          f"{text.count(IMAGE_TOKEN)}")
@@ -31,8 +31,4 @@ def image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) ->
 def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50) -> np.ndarray:
     """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell."""
     from jaxtom.gridworld import render_rgb
-    from jaxtom.gridworld.simulation import state_at
-    view.check_step(e, t)
-    one = lambda tree: jax.tree.map(lambda x: x[e], tree)  # noqa: E731
-    state = state_at(one(view.episodes.states), one(view.episodes.trajectories), t)
-    return np.asarray(render_rgb(state, cell_size=cell_size))
+    return np.asarray(render_rgb(view.state(e, t), cell_size=cell_size))

@@ -61,6 +61,13 @@ class HostEpisodes:
         if not 1 <= t < int(self.length[e]):
             raise ValueError(f"timestep {t} outside 1..{int(self.length[e]) - 1} for episode {e}")
 
+    def state(self, e: int, t: int):
+        """Episode e's EnvState before action index t (what a picture of it shows)."""
+        from jaxtom.gridworld.simulation import state_at
+        self.check_step(e, t)
+        one = lambda tree: jax.tree.map(lambda x: x[e], tree)  # noqa: E731
+        return state_at(one(self.episodes.states), one(self.episodes.trajectories), t)
+
 
 def phase_start(view, e: int, t: int) -> int:
     """First action index of the current phase (since the human last picked up or put down)."""

@@ -5,7 +5,8 @@ untrained model (the warm-up-only checkpoint when the run had a warm-up), a rand
 exact Bayesian posterior (full, and its top-N as particles), and a uniform guess. Assistance
 speedups (human randomness `eval.random_prob`, human seeds `eval.seeds`; 0.15 and 10/20/30
 by default) for the models, with the gridworld's random, BIP and oracle helpers beside them.
-TFLOPs per query follow appendix A.2. With `eval.qa_episodes > 0`, QA accuracy (appendix
+TFLOPs per query follow appendix A.2 (counting the vision tower for image runs, which are
+asked through `vl_eval.VLQueries` with the same harness). With `eval.qa_episodes > 0`, QA accuracy (appendix
 B.2, question types 1-3) of the models and the exact-posterior / random baselines on
 held-out QA episodes.
 """
@@ -21,7 +22,6 @@ import jax
 import numpy as np
 
 from jaxtom import storage
-from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld import qa_episodes, simulate
 from jaxtom.gridworld.episodes import layout_keys
@@ -96,13 +96,25 @@ def qa_test_set(cfg: Config, train=None):
                        seed=cfg.trainer.seed)
 
 
+def run_queries(cfg: Config, checkpoint: str | Path):
+    """How `jaxtom eval` asks the model saved at `checkpoint`: `evaluate.TextQueries`, or
+    `vl_eval.VLQueries` for a run on image observations (Qwen3-VL reading pictures)."""
+    d = cfg.mindzero.data
+    if d.observation == "image":
+        from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
+        model, codec = load_vl_model(cfg, checkpoint)
+        return VLQueries(model, codec, d.image_cell_size, d.num_particles)
+    model, codec = load_model(cfg, checkpoint)
+    return ev.TextQueries(model, codec, d.observation, d.num_particles)
+
+
 def evaluate_qa(cfg: Config, models: dict, qa=None) -> dict:
-    """QA accuracy per question type and overall for `models` (name -> (model, codec)) and the
-    baselines, on `qa` = (episodes, questions) or `qa_test_set(cfg)`."""
+    """QA accuracy per question type and overall for `models` (name -> its queries, as
+    `run_queries` makes them) and the baselines, on `qa` = (episodes, questions) or
+    `qa_test_set(cfg)`."""
     episodes, questions = qa if qa is not None else qa_test_set(cfg)
     view = HostEpisodes.from_episodes(episodes)
     beliefs, index = ev.qa_beliefs(models, view, questions, env_params(cfg),
-                                   observation=cfg.mindzero.data.observation,
                                    num_particles=cfg.mindzero.data.num_particles,
                                    max_new_tokens=cfg.trainer.max_new_tokens, seed=cfg.trainer.seed,
                                    temperature=cfg.mindzero.eval.temperature)
@@ -117,10 +129,6 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None, tra
     questions) for the QA table (default `qa_test_set(cfg, train)`; only with
     eval.qa_episodes > 0); `train`: the run's training episodes, whose layouts the QA set
     avoids (regenerated when not given)."""
-    if cfg.mindzero.data.observation == "image":
-        raise NotImplementedError(
-            "evaluating a run on image observations (Qwen3-VL) is not built yet; its held-out "
-            "monitor during training (trainer.eval_every) scores goal inference on images")
     t0 = time.perf_counter()
     checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
@@ -131,14 +139,13 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None, tra
     view = HostEpisodes.from_episodes(test)
     rows = ev.steps_to_score(view, cfg.mindzero.eval.stride)
     n = cfg.mindzero.data.num_particles
-    models = {"MindZero": load_model(cfg, checkpoint)}
+    models = {"MindZero": run_queries(cfg, checkpoint)}
     if (run_dir / "warmup").exists():
-        models["untrained (warm-up only)"] = load_model(cfg, run_dir / "warmup")
+        models["untrained (warm-up only)"] = run_queries(cfg, run_dir / "warmup")
     beliefs, tokens = {}, {}
-    for name, (model, codec) in models.items():
+    for name, queries in models.items():
         beliefs[name], tokens[name] = ev.model_beliefs(
-            model, codec, view, rows, observation=cfg.mindzero.data.observation, num_particles=n,
-            max_new_tokens=cfg.trainer.max_new_tokens, temperature=cfg.mindzero.eval.temperature,
+            queries, view, rows, num_particles=n, max_new_tokens=cfg.trainer.max_new_tokens, temperature=cfg.mindzero.eval.temperature,
             seed=cfg.trainer.seed)
     refs = ev.reference_beliefs(view, rows, params, cfg.trainer.seed, n)
     if cfg.mindzero.data.observation.startswith("compact"):
@@ -148,10 +155,9 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None, tra
                     "uniform": refs["uniform"]})
     table, per_row = ev.score_methods(beliefs, view, rows, refs["exact"], cfg.mindzero.eval.score_mix,
                                       reference="MindZero")
-    for name, (model, _) in models.items():
+    for name, queries in models.items():
         table[name]["tokens_per_query"] = float(tokens[name].mean())
-        table[name]["tflops_per_query"] = flops.inference_tflops(flops.active_params(model),
-                                                                 tokens[name].mean())
+        table[name]["tflops_per_query"] = queries.tflops_per_query(tokens[name].mean())
     curves = ev.progress_curves(per_row, view, rows)
     metrics.plot_accuracy_by_progress(
         {k: v for k, v in curves.items() if k != "uniform"}, run_dir / "goal_accuracy.png",
@@ -167,18 +173,16 @@ def evaluate_run(cfg: Config, checkpoint: str | Path, *, test=None, qa=None, tra
         assist_states = test.take(np.arange(n_assist)).states
         assist_tab = {}
         assist_curves = {}
-        for name, (model, codec) in models.items():
-            out = assist(model, codec, assist_states, aparams, seeds=cfg.mindzero.eval.seeds,
-                         num_particles=n, observation=cfg.mindzero.data.observation,
-                         max_new_tokens=cfg.trainer.max_new_tokens,
+        for name, queries in models.items():
+            out = assist(queries, assist_states, aparams, seeds=cfg.mindzero.eval.seeds,
+                         num_particles=n, max_new_tokens=cfg.trainer.max_new_tokens,
                          temperature=cfg.mindzero.eval.temperature)
             per_episode = out["speedup"].mean(0)  # over the human's seeds
             mean, se = metrics.mean_sem(per_episode)
             assist_tab[name] = {"speedup": mean, "speedup_se": se,
                                 "per_episode": [float(x) for x in per_episode],
-                                "tflops_per_query": flops.inference_tflops(
-                                    flops.active_params(model), out["tokens"].mean())
-                                if len(out["tokens"]) else 0.0}
+                                "tflops_per_query": queries.tflops_per_query(
+                                    out["tokens"].mean()) if len(out["tokens"]) else 0.0}
             log = out["log"]
             if len(log):
                 t_collab = out["t_collab"].reshape(-1)

@@ -9,11 +9,14 @@ import pytest
 
 from jaxtom.gridworld.text import object_label
 from jaxtom.mindzero import assist as assist_lib
+from jaxtom.mindzero.observation import get_observation
 
 
 class PerfectModel:
-    """Stands in for the sampler: answers every query with the row's true goal (p 0.9) and its
-    reverse (p 0.1), and records which (row, step) was queried."""
+    """Stands in for a model's queries: answers every query with the row's true goal (p 0.9)
+    and its reverse (p 0.1), records which (row, step) was queried, and reads the live view
+    as an observation would (the compact line, and the live state a picture shows, which
+    must be the state at the asked step)."""
 
     def __init__(self, states, seeds):
         color, shape = np.asarray(states.obj_color), np.asarray(states.obj_shape)
@@ -28,28 +31,26 @@ class PerfectModel:
                     {"object1": obj[1], "object2": obj[0], "p": 0.1}]}))
         self.queries = []
 
-    def render(self, view, row, t, num_particles):
-        return row, t
-
-    def prompt_ids(self, prompt):
-        return prompt
-
-    def sample(self, model, codec, prompts, **kwargs):
-        self.queries.extend(prompts)
-        return [self.answers[r] for r, _ in prompts], None, np.ones(len(prompts), int)
+    def ask(self, view, rows, **kwargs):
+        for r, t in rows:
+            assert view.labels[r][0] in get_observation("compact")(view, r, t, 2)
+            state = view.state(r, t)  # the live state a picture shows: the recorded one
+            assert int(state.time) == t
+            x, y = np.asarray(state.human_pos)
+            assert y * 10 + x == view.human_cell[r, t]
+        self.queries.extend(rows)
+        return [self.answers[r] for r, _ in rows], np.ones(len(rows), int)
 
 
 @pytest.fixture
-def run(monkeypatch, episodes, params):
+def run(episodes, params):
     states = episodes.take(np.arange(4)).states
     seeds = (10, 20)
 
     def go(**changes):
         model = PerfectModel(states, seeds)
-        monkeypatch.setattr(assist_lib, "get_observation", lambda name: model.render)
-        monkeypatch.setattr(assist_lib, "sample_completions", model.sample)
-        out = assist_lib.assist(None, model, states, params.replace(random_prob=0.15, **changes),
-                                seeds=seeds, observation="compact")
+        out = assist_lib.assist(model, states, params.replace(random_prob=0.15, **changes),
+                                seeds=seeds)
         return out, model.queries
     return go
 

@@ -33,8 +33,9 @@ def test_qa_scores_exact_beats_chance_and_models_are_batched(qa_set, params, mon
         return ["no particles"] * len(prompts), [[1]] * len(prompts), [1] * len(prompts)
 
     monkeypatch.setattr(ev, "sample_completions", fake_sampler)
-    beliefs, index = ev.qa_beliefs({"broken model": (None, _Codec())}, view, questions, params,
-                                   observation="compact", num_particles=2, max_new_tokens=8)
+    queries = ev.TextQueries(None, _Codec(), "compact", 2)
+    beliefs, index = ev.qa_beliefs({"broken model": queries}, view, questions, params,
+                                   num_particles=2, max_new_tokens=8)
     rows, _ = ev.qa_rows(questions)
     # greedy queries depend only on their prompt: batched GREEDY_ROWS at a time, each row once
     sizes = [len(p) for p, _ in calls]

@@ -49,11 +49,3 @@ def test_config_selects_and_checks_the_image_observation():
     assert load_config(path, ["step.freeze_vision=true"]).step.freeze_vision
     with pytest.raises(ConfigError, match="data.observation"):
         load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=image"])
-
-
-def test_evaluating_an_image_run_says_it_is_not_built(tmp_path):
-    from jaxtom.config import load_config
-    from jaxtom.mindzero.run import evaluate_run
-    cfg = load_config("configs/mindzero_gridworld_qwen3vl_tiny.py")
-    with pytest.raises(NotImplementedError, match="image observations"):
-        evaluate_run(cfg, tmp_path / "checkpoint")
