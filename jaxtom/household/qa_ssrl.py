@@ -23,6 +23,7 @@ import numpy as np
 from jaxtom.household import qa
 from jaxtom.household.qa_answers import parse_answer
 from jaxtom.household.text import natural
+from jaxtom.mindzero import qa as mindzero_qa
 from jaxtom.mindzero.qa import QARollout as MindZeroQARollout
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}
@@ -34,7 +35,9 @@ def mirrored(q: qa.Question) -> qa.Question:
                                log_lik=q.log_lik[::-1])
 
 
-class QAPrompts:
+class QAPrompts(mindzero_qa.QAPrompts):
+    """`mindzero.qa.QAPrompts` over household episodes (sampling and batching inherited)."""
+
     def __init__(self, observation: str, codec, episodes, questions):
         self.observation, self.codec = observation, codec
         self.episodes, self.questions = list(episodes), list(questions)

@@ -108,9 +108,8 @@ class MindZeroSection:
         check(d.image_cell_size >= 1, "data.image_cell_size", "a positive int",
               d.image_cell_size)
         check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
-        check(not (d.observation == "image" and d.task == "qa"), "data.observation",
-              "'figure' or 'compact' for data.task='qa' (image QA is not built yet)",
-              d.observation)
+        check(not (d.task == "qa" and d.observation == "compact_closing"), "data.observation",
+              "'figure', 'compact' or 'image' for data.task='qa'", d.observation)
         check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
         check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",
               d.label_set)

@@ -4,7 +4,8 @@ the answer with no label, by the log-likelihood of the observed actions under th
 option's goal (the public code's `rewards/gw_tom.py:compute_score_sum`).
 
 - Prompts: `figure` is Figure 6's question with the Figure 11 transcript (what real LLMs read);
-  `compact` is a short line for a model trained from scratch on a CPU (`compact_question`).
+  `image` is Figure 6 with the picture instead (Qwen3-VL, Table 4a; `vl_qa`); `compact` is a
+  short line for a model trained from scratch on a CPU (`compact_question`).
 - `parse_answer`: lenient about the wrapping ("b", "(b).", "Answer: b", "b) green square"),
   strict about the choice: both letters, a letter outside the options, or a named option that
   contradicts the letter are unparseable, so hedging or padding cannot collect a reward.
@@ -136,7 +137,22 @@ def figure_question(view: HostEpisodes, q: Question) -> str:
                      q.options, modality="text")
 
 
-QUESTION_RENDERERS = {"compact": compact_question, "figure": figure_question}
+def image_question(view: HostEpisodes, q: Question) -> str:
+    """Figure 6's question in its image modality (no transcript: the picture of the state at
+    the question's step shows it) with one image placeholder (`vl_qa.VLQAPrompts` expands
+    it to the picture's tokens)."""
+    from jaxtom.gridworld.text import IMAGE_TOKEN
+    from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
+    text = qa_prompt(view.state(int(q.episode), int(q.step)), None, KINDS[q.kind], q.given,
+                     q.options, modality="image")
+    if text.count(IMAGE_TOKEN) != 1:
+        raise ValueError(f"the image question must have one {IMAGE_TOKEN} slot, found "
+                         f"{text.count(IMAGE_TOKEN)}")
+    return text.replace(IMAGE_TOKEN, IMAGE_PLACEHOLDER)
+
+
+QUESTION_RENDERERS = {"compact": compact_question, "figure": figure_question,
+                      "image": image_question}
 
 
 def render_question(observation: str, view: HostEpisodes, q: Question) -> str:
@@ -147,7 +163,8 @@ def render_question(observation: str, view: HostEpisodes, q: Question) -> str:
 
 
 class QAPrompts:
-    """Token ids of each question's prompt, encoded once (revisited every epoch)."""
+    """Token ids of each question's prompt, encoded once (revisited every epoch), and how
+    questions are sampled and batched; `vl_qa.VLQAPrompts` does the same with pictures."""
 
     def __init__(self, observation: str, codec, view: HostEpisodes, questions: list[Question]):
         self.observation, self.codec, self.view = observation, codec, view
@@ -165,6 +182,27 @@ class QAPrompts:
     def labels(self, i: int) -> tuple[str, str]:
         q = self.questions[i]
         return tuple(self.view.labels[q.episode][o] for o in q.options)
+
+    def generate_rows(self, model, index, row_ids, *, key, rows_per_call: int = 0, **kwargs):
+        """Samples questions `index` (this process's rows, global `row_ids`) on every
+        process together (`rl.distributed.generate_rows`)."""
+        return generate_rows(model, [self(i) for i in index], row_ids, key=key,
+                             rows_per_call=rows_per_call, **kwargs)
+
+    def sample(self, model, index, *, key, row_ids, **kwargs):
+        """One sampler call for questions `index` on this process alone (evaluation)."""
+        from jaxtom.sampling import generate
+        return generate(model, [self(i) for i in index], key=key, row_ids=row_ids,
+                        **kwargs).sequences()
+
+    def batch(self, rollout: Rollout, index) -> Rollout:
+        """The update's rows: text rows are the rollout's own."""
+        return rollout
+
+    def tflops_per_token_and_picture(self, model) -> tuple[float, float]:
+        """(TFLOPs per token, per picture: none here), appendix A.2."""
+        from jaxtom import flops
+        return flops.inference_tflops(flops.active_params(model), 1), 0.0
 
 
 def mirrored(q: Question) -> Question:
@@ -190,13 +228,15 @@ class QAWarmupRollout:
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         prompts, targets = [], []
-        for task in tasks:
+        index = [int(task["question"]) for task in tasks]
+        for task, i in zip(tasks, index):
             rng = np.random.default_rng([self.seed, step, int(task["row"])])
-            prompts.append(self.prompts(int(task["question"])))
+            prompts.append(self.prompts(i))
             targets.append(self.codec.completion_ids("ab"[int(rng.integers(0, 2))]))
         seqs, masks = completion_rows(prompts, targets)
-        return Rollout(seqs, masks, [1.0] * len(seqs), [int(t["row"]) for t in tasks],
-                       count=len(seqs))
+        return self.prompts.batch(Rollout(seqs, masks, [1.0] * len(seqs),
+                                          [int(t["row"]) for t in tasks], count=len(seqs)),
+                                  index)
 
 
 class QARollout:
@@ -235,10 +275,10 @@ class QARollout:
                      for t in tasks for m in (0, 1)]
         index = [int(task["question"]) for task in tasks for _ in range(G)]
         prompts = [self.prompts(i) for i in index]
-        completions = generate_rows(model, prompts, sample_rows(tasks, G), key=key,
-                                    max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-                                    top_p=c.top_p, stop=list(self.codec.eos_ids),
-                                    pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+        completions = self.prompts.generate_rows(
+            model, index, sample_rows(tasks, G), key=key, max_new_tokens=c.max_new_tokens,
+            temperature=c.temperature, top_p=c.top_p, stop=list(self.codec.eos_ids),
+            pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
         texts = [self.codec.decode(s) for s in completions]
         choice = np.array([self.parse(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
         qs = [self.prompts.questions[i] for i in index]
@@ -248,15 +288,16 @@ class QARollout:
         seqs, masks = completion_rows(prompts, completions)
         groups = [int(task["row"]) for task in tasks for _ in range(G)]
         answer = np.array([q.answer for q in qs])
-        return Rollout(seqs, masks, adv.tolist(), groups, count=len(seqs),
-                       prompt_lens=[len(p) for p in prompts], metrics={
+        return self.prompts.batch(Rollout(
+            seqs, masks, adv.tolist(), groups, count=len(seqs),
+            prompt_lens=[len(p) for p in prompts], metrics={
             "reward_mean": float(reward.mean()), "reward_sq": float(np.mean(reward ** 2)),
             "valid": float(np.mean(choice >= 0)), "answer_a": float(np.mean(choice == 0)),
             self.agreement_metric: float(np.mean(choice == answer)),
             "completion_tokens": float(np.mean([len(s) for s in completions])),
-            "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G), axis=1) == 0))})
+            "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G), axis=1) == 0))}), index)
 
 
 __all__ = ["COMPACT_QA_WORDS", "QAPrompts", "QARollout", "QAWarmupRollout", "compact_question",
-           "figure_question", "mirrored", "off_path_moves", "parse_answer", "qa_rewards",
-           "question_tasks", "render_question"]
+           "figure_question", "image_question", "mirrored", "off_path_moves", "parse_answer",
+           "qa_rewards", "question_tasks", "render_question"]

@@ -16,12 +16,9 @@ import jax
 import numpy as np
 
 from jaxtom import storage
-from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld.qa import QUESTION_TYPES
-from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.qa import QAPrompts, parse_answer
-from jaxtom.sampling import generate
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}  # the public code's validation sampling
 COLUMNS = (("type1", "type 1 (which pick)"), ("type2", "type 2 (which target)"),
@@ -33,16 +30,16 @@ def answer(model, codec, prompts: QAPrompts, *, max_new_tokens: int, key, temper
     """(choices [Q] in {0, 1, -1}, texts, tokens processed per question) of `model` on every
     question of `prompts` (`parse(text, option labels)`: the domain's answer parser); row i
     samples with its own key, so chunking changes nothing."""
-    ids = [prompts(i) for i in range(len(prompts.questions))]
+    n = len(prompts.questions)
     texts, tokens = [], []
-    for lo in range(0, len(ids), rows_per_call):
-        chunk = ids[lo:lo + rows_per_call]
-        out = generate(model, chunk, max_new_tokens=max_new_tokens, temperature=temperature,
-                       top_p=top_p, key=key, stop=list(codec.eos_ids), pad_id=codec.pad_id,
-                       row_ids=np.arange(lo, lo + len(chunk)))
-        for p, s in zip(chunk, out.sequences()):
+    for lo in range(0, n, rows_per_call):
+        index = list(range(lo, min(lo + rows_per_call, n)))
+        seqs = prompts.sample(model, index, key=key, row_ids=np.asarray(index),
+                              max_new_tokens=max_new_tokens, temperature=temperature,
+                              top_p=top_p, stop=list(codec.eos_ids), pad_id=codec.pad_id)
+        for i, s in zip(index, seqs):
             texts.append(codec.decode(s))
-            tokens.append(len(p) + len(s))
+            tokens.append(len(prompts(i)) + len(s))
     choices = np.array([parse(x, prompts.labels(i)) for i, x in enumerate(texts)])
     return choices, texts, np.asarray(tokens, float)
 
@@ -81,9 +78,10 @@ def baseline_choices(questions, table, seed: int) -> dict[str, np.ndarray]:
 def starting_model(cfg, run_dir: Path):
     """The untrained model: the warm-up checkpoint when the run had one, else the initial
     weights the run started from."""
+    from jaxtom.mindzero.qa_train import load_model
     run_dir = storage.path(run_dir)
     if (run_dir / "warmup").exists():
-        return mz.load_model(cfg, run_dir / "warmup")
+        return load_model(cfg, run_dir / "warmup")
     from jaxtom.mindzero.qa_train import build_model
     return build_model(cfg, run_dir)
 
@@ -92,25 +90,26 @@ def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None) -> dict:
     """The Table 4a rows for the run at `checkpoint` on its held-out questions (`test`: the
     run's `QASet`, regenerated from the config when not given); writes qa_results.json/.md
     next to the checkpoint and prints the table."""
-    from jaxtom.mindzero.qa_train import likelihood_table, qa_data
+    from jaxtom.mindzero.qa_train import likelihood_table, load_model, qa_data, question_prompts
     t0 = time.perf_counter()
     checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
     if test is None:
         _, test = qa_data(cfg)
     qs, seed = test.questions, cfg.trainer.seed
-    models = {"MindZero": mz.load_model(cfg, checkpoint), "untrained": starting_model(cfg, run_dir)}
+    models = {"MindZero": load_model(cfg, checkpoint), "untrained": starting_model(cfg, run_dir)}
     table, answers = {}, {}
     for name, (model, codec) in models.items():
-        prompts = QAPrompts(cfg.mindzero.data.observation, codec, test.view, qs)
-        tf_per_token = flops.inference_tflops(flops.active_params(model), 1)
+        prompts = question_prompts(cfg, codec, test, model)
+        tf_per_token, tf_per_picture = prompts.tflops_per_token_and_picture(model)
         for mode, kw in (("greedy", {}), ("sampled", SAMPLED)):
             key = jax.random.fold_in(jax.random.key(seed), 7)
             choices, texts, tokens = answer(model, codec, prompts, key=key,
                                             max_new_tokens=cfg.trainer.max_new_tokens, **kw)
             row = f"{name} ({mode})"
             table[row] = accuracy_table(choices, qs)
-            table[row].update(tflops_per_question=tf_per_token * float(tokens.mean()),
+            table[row].update(tflops_per_question=tf_per_token * float(tokens.mean())
+                              + tf_per_picture,
                               distinct_answers=len(set(texts)))
             answers[row] = texts
     for name, choices in baseline_choices(qs, likelihood_table(test, cfg), seed).items():

@@ -30,6 +30,9 @@ from jaxtom.mindzero.qa import (
     render_question,
 )
 from jaxtom.mindzero.reward import cumulative_log_likelihoods
+from jaxtom.mindzero.vl_qa import VLQAPrompts
+from jaxtom.mindzero.vl_train import build_vl_model
+from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
 from jaxtom.rl.trainer import Trainer
 
 _TRAIN_KEY, _TEST_KEY = 0x51A0, 0x51A1  # folded into the run's seed
@@ -67,17 +70,39 @@ def likelihood_table(qa: QASet, config) -> np.ndarray:
 
 def build_model(config, run_dir: Path, sets=(), mesh=None):
     """(model, codec): the config's checkpoint, or the tiny decoder over a BPE trained on the
-    sets' prompts and both answers (written to RUN_DIR/tokenizer.json once)."""
+    sets' prompts and both answers (written to RUN_DIR/tokenizer.json once); a Qwen3-VL
+    (`vl_train.build_vl_model`) for questions with pictures (`observation='image'`)."""
+    image = config.mindzero.data.observation == "image"
     path = storage.path(run_dir) / "tokenizer.json"
     if not config.model.path and not path.exists():
         texts = [render_question(config.mindzero.data.observation, s.view, q)
                  for s in sets for q in s.questions] + ["a", "b"] * 50
         tok = train_bpe(texts, config.model.vocab_size)
+        if image:
+            tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
         tok.backend.add_tokens(list(COMPACT_QA_WORDS))
         if jax.process_index() == 0:
             storage.save_tokenizer(path, tok.backend)
-    return mz.build_model(config, run_dir, tokenizer_path=path if not config.model.path
-                          else None, mesh=mesh)
+    tokenizer_path = path if not config.model.path else None
+    if image:
+        return build_vl_model(config, run_dir, tokenizer_path=tokenizer_path, mesh=mesh)
+    return mz.build_model(config, run_dir, tokenizer_path=tokenizer_path, mesh=mesh)
+
+
+def load_model(config, checkpoint: str | Path):
+    """(model, codec) saved at `checkpoint` by a QA run of either observation."""
+    if config.mindzero.data.observation == "image":
+        from jaxtom.mindzero.vl_eval import load_vl_model
+        return load_vl_model(config, checkpoint)
+    return mz.load_model(config, checkpoint)
+
+
+def question_prompts(config, codec, qa: QASet, model) -> QAPrompts:
+    """The prompts of `qa`'s questions for `model`: text, or text with pictures."""
+    d = config.mindzero.data
+    if d.observation == "image":
+        return VLQAPrompts(codec, qa.view, qa.questions, model.config, d.image_cell_size)
+    return QAPrompts(d.observation, codec, qa.view, qa.questions)
 
 
 def row_len(config, prompts: QAPrompts, completion: int, quantum: int = 16) -> int:
@@ -85,21 +110,21 @@ def row_len(config, prompts: QAPrompts, completion: int, quantum: int = 16) -> i
     return int(np.ceil((longest + completion + 1) / quantum) * quantum)
 
 
-def answer_monitor(config, codec, qa: QASet, num_questions: int = 128):
-    """An eval hook: greedy answers to a fixed sample of held-out questions; accuracy, the
-    share parsed and of `a`, and how many distinct answers (1 = the answer ignores the
-    question). Labels are read here only, for logging."""
-    from jaxtom.sampling import generate
-    prompts = QAPrompts(config.mindzero.data.observation, codec, qa.view, qa.questions)
+def answer_monitor(config, prompts: QAPrompts, qa: QASet, num_questions: int = 128):
+    """An eval hook: greedy answers to a fixed sample of held-out questions (`prompts`: the
+    set's); accuracy, the share parsed and of `a`, and how many distinct answers (1 = the
+    answer ignores the question). Labels are read here only, for logging."""
+    codec = prompts.codec
     pick = np.sort(np.random.default_rng(config.trainer.seed + 11).choice(
         len(qa.questions), min(num_questions, len(qa.questions)), replace=False))
-    ids = [prompts(int(i)) for i in pick]
     answer = np.array([qa.questions[i].answer for i in pick])
 
     def score(step, model) -> dict:
-        out = generate(model, ids, max_new_tokens=config.trainer.max_new_tokens,
-                       temperature=0.0, stop=list(codec.eos_ids), pad_id=codec.pad_id)
-        texts = [codec.decode(s) for s in out.sequences()]
+        seqs = prompts.sample(model, [int(i) for i in pick], key=jax.random.key(0),
+                              row_ids=np.arange(len(pick)),
+                              max_new_tokens=config.trainer.max_new_tokens, temperature=0.0,
+                              stop=list(codec.eos_ids), pad_id=codec.pad_id)
+        texts = [codec.decode(s) for s in seqs]
         choice = np.array([parse_answer(x, prompts.labels(int(i))) for x, i in zip(texts, pick)])
         return {"accuracy": float(np.mean(choice == answer)), "valid": float(np.mean(choice >= 0)),
                 "answer_a": float(np.mean(choice == 0)), "distinct_answers": float(len(set(texts)))}
@@ -116,14 +141,15 @@ def train(config, progress: bool = True) -> dict:
     train_set, test_set = qa_data(config)
     mesh = mz.make_mesh(config)
     model, codec = build_model(config, run_dir, (train_set, test_set), mesh=mesh)
-    observation, mzc = config.mindzero.data.observation, config.mindzero
-    prompts = QAPrompts(observation, codec, train_set.view, train_set.questions)
+    mzc = config.mindzero
+    prompts = question_prompts(config, codec, train_set, model)
     rollout = QARollout(config.trainer, mzc.reward, codec, prompts,  # (adds mirrored prompts)
                         likelihood_table(train_set, config), mirror=mzc.data.qa_mirror)
     completion = max(config.trainer.max_new_tokens, 2)
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, row_len=row_len(config, prompts, completion), pad_id=codec.pad_id,
         progress=progress and config.trainer.progress))
+    prompts.row_len = config.trainer.row_len  # image rows are built at this length
     tasks = question_tasks(train_set.questions)
     timings = {"setup_s": time.perf_counter() - t0}
     t1 = time.perf_counter()
@@ -134,7 +160,7 @@ def train(config, progress: bool = True) -> dict:
         model = warm.learner.model(warm.run())
         mz.save_model(model, run_dir / "warmup")
     timings["warmup_s"] = time.perf_counter() - t1
-    monitor = answer_monitor(config, codec, test_set)
+    monitor = answer_monitor(config, question_prompts(config, codec, test_set, model), test_set)
     if config.trainer.eval_every:
         timings["start_monitor"] = monitor(0, model)
     state = mz.run_ssrl(model, tasks, rollout, config, run_dir, monitor, timings,

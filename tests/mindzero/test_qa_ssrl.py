@@ -15,6 +15,7 @@ from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.qa_eval import accuracy_table, baseline_choices
 from jaxtom.mindzero.qa_train import QASet, likelihood_table
 from jaxtom.mindzero.reward import RewardConfig
+from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
 from jaxtom.rl.losses import group_advantages
 from jaxtom.rl.trainer import TrainerConfig
 from tests.tolerance import float32_tol
@@ -147,8 +148,11 @@ def test_figure_question_is_figure6_with_the_transcript(qa_set):
     text = qa_lib.figure_question(qa_set.view, q)
     assert text.endswith(QA_INSTRUCTION) and "Action trajectory (human, name + delta):" in text
     assert "which object is the Human more likely to pick up next? (a) " in text
+    pictured = qa_lib.render_question("image", qa_set.view, q)  # Figure 6 with the picture
+    assert pictured.count(IMAGE_PLACEHOLDER) == 1 and "Action trajectory" not in pictured
+    assert "which object is the Human more likely to pick up next? (a) " in pictured
     with pytest.raises(ValueError, match="unknown QA observation"):
-        qa_lib.render_question("image", qa_set.view, q)
+        qa_lib.render_question("pictures", qa_set.view, q)
 
 
 # --- rollouts on scripted answers ------------------------------------------------------------
