@@ -21,7 +21,8 @@ from pathlib import Path
 
 import jax
 
-from jaxtom.household import qa, qa_ssrl
+from jaxtom.household import qa
+from jaxtom.mindzero.household import qa_ssrl
 from jaxtom.household.apartments import TEST_APARTMENTS, TRAIN_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
 from jaxtom.mindzero.experiments import TINY_MODEL

@@ -2,10 +2,10 @@
 $JAXTOM_MODELS/Qwen3-4B:
 Figure 9 prompts, n=10 particles, likelihood and prior from the reward model served over HTTP
 (`mindzero.household.scorer_url` or $JAXTOM_REWARD_URL). Settings:
-`jaxtom.household.experiments.household_paper_config`. Check the mesh first:
+`jaxtom.mindzero.household.experiments.household_paper_config`. Check the mesh first:
 `jaxtom plan configs/mindzero_household_qwen3_4b.py`."""
 
-from jaxtom.household.experiments import household_paper_config
+from jaxtom.mindzero.household.experiments import household_paper_config
 
 
 def get_config():

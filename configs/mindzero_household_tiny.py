@@ -4,7 +4,7 @@ timestep (`jaxtom.household.data.compact_observation`) and writes n=3 Figure 9 g
 A format warm-up on the label-free observed-goal teacher, then SSRL on the ELBO with the
 simulated human's exact likelihood and the rule-based prior (`mindzero.household.likelihood=
 symbolic`, `prior=symbolic`), then the goal-inference table on held-out apartments 3 and 6.
-Settings: `jaxtom.household.experiments.household_tiny_config`.
+Settings: `jaxtom.mindzero.household.experiments.household_tiny_config`.
 
     jaxtom mindzero run configs/mindzero_household_tiny.py     # train, then evaluate
 
@@ -12,7 +12,7 @@ Table 2's ablations: `mindzero.household.prior=none`, `mindzero.data.num_particl
 `mindzero.reward.entropy_weight=0.0`. Another seed: `trainer.seed=1`.
 """
 
-from jaxtom.household.experiments import household_tiny_config
+from jaxtom.mindzero.household.experiments import household_tiny_config
 
 
 def get_config():

@@ -79,7 +79,7 @@ def mindzero_train_fn(config):
     """MindZero's trainer for the config's task: goal particles, question answering or the
     household (`jaxtom.household`)."""
     if config.mindzero.data.task == "household":
-        from jaxtom.household.train import train as train_household
+        from jaxtom.mindzero.household.train import train as train_household
         return train_household
     if config.mindzero.data.task == "qa":
         from jaxtom.mindzero.qa_train import train as train_qa
@@ -92,7 +92,7 @@ def mindzero_evaluate(config, checkpoint, test=None, train=None):
     """Evaluate a MindZero checkpoint: the QA table (Table 4a), the household table (Table
     1b / 4b columns) or the gridworld goal-inference one."""
     if config.mindzero.data.task == "household":
-        from jaxtom.household.evaluate import evaluate_run as evaluate_household
+        from jaxtom.mindzero.household.evaluate import evaluate_run as evaluate_household
         return evaluate_household(config, checkpoint, test=test)
     if config.mindzero.data.task == "qa":
         from jaxtom.mindzero.qa_eval import evaluate_qa_run

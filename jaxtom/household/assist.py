@@ -29,7 +29,7 @@ default full observation); the human has the partial view by default, as the pap
 which opening containers alone helps a searching person; `AssistConfig.human` with
 `full_observation=True` gives it the whole apartment. Both act on the same state; the two actions apply
 in a random order, and one that has become illegal (the other agent took the object) is a
-wait. `evaluate_run_assistance` is `jaxtom eval`'s hook (`evaluate_assist`).
+wait. `jaxtom eval`'s table is `evaluate_assist.evaluate_run_assistance`.
 """
 
 from __future__ import annotations
@@ -420,11 +420,6 @@ def run_assisted(task: Task, source: BeliefSource | None, seed: int,
 __all__ = ["AssistConfig", "AssistContext", "BeliefSource", "ExactPosterior", "HelperMemory",
            "ModelBelief", "Oracle", "PolicyBelief", "RandomGoal", "SMC", "consistent",
            "delivered_and_held",
-           "evaluate_run_assistance", "goal_prior", "goal_space", "helper_action", "run_assisted",
+           "goal_prior", "goal_space", "helper_action", "run_assisted",
            "step_likelihood"]
 
-
-def evaluate_run_assistance(cfg, models: dict, test) -> dict:
-    """`household.evaluate`'s hook: see `evaluate_assist.evaluate_run_assistance`."""
-    from jaxtom.household.evaluate_assist import evaluate_run_assistance as run
-    return run(cfg, models, test)

@@ -113,8 +113,7 @@ def evaluate_helpers(tasks, sources=None, *, runs: int = 3, seed: int = 0, cfg=N
 
 
 def evaluate_run_assistance(cfg, models: dict, test) -> dict:
-    """`jaxtom eval`'s Table 1b for a household run (the hook `household.evaluate` calls as
-    `assist.evaluate_run_assistance`): the person alone and with the model-free helpers and
+    """`jaxtom eval`'s Table 1b for a household run (`mindzero.household.evaluate` calls it): the person alone and with the model-free helpers and
     one `assist.PolicyBelief` per model in `models` (name -> (model, codec)) on the held-out
     episodes' tasks (`eval.assist_episodes` of them, 0: all), `len(eval.seeds)` runs each,
     the person as the run's data made it (`household.observability`). {} when

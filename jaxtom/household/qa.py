@@ -383,34 +383,8 @@ def markdown(tables: dict[str, dict], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def evaluate_run_qa(cfg, models: dict, test) -> dict:
-    """`jaxtom eval`'s Table 4b for a household run (the hook `household.evaluate` calls):
-    questions from the first `eval.qa_episodes` held-out episodes (0: skip), each model in
-    `models` (name -> (model, codec)) answering itself (`qa_ssrl.evaluate_model`, the run's
-    `data.observation` form), beside the planner's own belief, the reward's choice and a random
-    answerer."""
-    import jax
-
-    from jaxtom.household.qa_ssrl import evaluate_model
-    n = cfg.mindzero.eval.qa_episodes
-    if not n:
-        return {}
-    episodes = list(test)[:n]
-    questions = make_questions(episodes, seed=cfg.trainer.seed, per_type=2)
-    if not questions:
-        return {}
-    tables = evaluate_model(models, cfg.mindzero.data.observation, episodes, questions,
-                            max_new_tokens=cfg.trainer.max_new_tokens,
-                            key=jax.random.key(cfg.trainer.seed), seed=cfg.trainer.seed)
-    title = (f"Household QA (Table 4b protocol) on {len(episodes)} held-out episodes, "
-             f"{len(questions)} questions; binary choice, chance 0.5; mean ± SE, "
-             "episode-clustered; each model answers itself (greedy and sampled at 0.8/0.95).")
-    return {"qa": tables, "qa_markdown": markdown(tables, title)}
-
-
 __all__ = ["INSTRUCTION", "QUESTION_TYPES", "Question", "RENDERERS", "TYPE_NAMES",
            "accuracy_table", "baseline_tables", "belief_with", "compact_question",
-           "evaluate_run_qa",
            "figure_question", "known_available", "make_questions", "markdown",
            "option_goal", "option_log_likelihoods", "planner_answer", "question_sentence",
            "random_choices", "render_question", "reward_choices", "rewards", "searching",

@@ -17,7 +17,7 @@ import re
 import numpy as np
 
 from jaxtom.eval import metrics
-from jaxtom.mindzero.qa import parse_answer as _parse_letters
+from jaxtom.eval.answers import parse_answer as _parse_letters
 
 _THINK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _OPEN = re.compile(r"<(think|thinking)>", re.IGNORECASE)

@@ -169,19 +169,20 @@ def _run_cfg(**eval_kw):
 
 
 def test_eval_hooks_give_tables_one_b_and_four_b(monkeypatch):
-    from jaxtom.household import evaluate_assist, qa
+    from jaxtom.household import evaluate_assist
+    from jaxtom.mindzero.household.qa_ssrl import evaluate_run_qa
     monkeypatch.setattr(evaluate_assist, "default_sources",  # the exact posterior is slow
                         lambda: [assist.Oracle(), assist.RandomGoal()])
     test = generate_episodes(apartments(TEST_APARTMENTS), 2, seed=5)
-    out = assist.evaluate_run_assistance(_run_cfg(), {}, test)
+    out = evaluate_assist.evaluate_run_assistance(_run_cfg(), {}, test)
     assert [r["method"] for r in out["assistance"]][0] == "oracle (true goal)"
     assert all(r["runs"] == 2 for r in out["assistance"])
     assert "| oracle (true goal) |" in out["assistance_markdown"]
-    assert assist.evaluate_run_assistance(_run_cfg(assistance=False), {}, test) == {}
-    out = qa.evaluate_run_qa(_run_cfg(), {}, test)
+    assert evaluate_assist.evaluate_run_assistance(_run_cfg(assistance=False), {}, test) == {}
+    out = evaluate_run_qa(_run_cfg(), {}, test)
     assert out["qa"]["planner's own belief"]["overall"][0] == 1.0
     assert "| random answerer |" in out["qa_markdown"]
-    assert qa.evaluate_run_qa(_run_cfg(qa_episodes=0), {}, test) == {}
+    assert evaluate_run_qa(_run_cfg(qa_episodes=0), {}, test) == {}
 
 
 @pytest.mark.slow  # sampler compiles

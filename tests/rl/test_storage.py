@@ -274,8 +274,8 @@ CONVERTED = ["jaxtom/storage.py", "jaxtom/rl/checkpoint.py", "jaxtom/rl/logging.
              "jaxtom/rl/trainer.py", "jaxtom/models/hf_io.py", "jaxtom/models/vl_io.py",
              "jaxtom/mindzero/trainer.py", "jaxtom/mindzero/qa_train.py",
              "jaxtom/mindzero/vl_train.py", "jaxtom/mindzero/qa_eval.py",
-             "jaxtom/mindzero/run.py", "jaxtom/household/train.py",
-             "jaxtom/household/evaluate.py", "jaxtom/ctom/evaluate.py"]
+             "jaxtom/mindzero/run.py", "jaxtom/mindzero/household/train.py",
+             "jaxtom/mindzero/household/evaluate.py", "jaxtom/ctom/evaluate.py"]
 
 
 def _banned_calls(source: str):

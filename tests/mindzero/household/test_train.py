@@ -8,7 +8,7 @@ import pytest
 
 from jaxtom.config import ConfigError, load_config
 from jaxtom.household import data as hd
-from jaxtom.household import train as ht
+from jaxtom.mindzero.household import train as ht
 
 TINY = "configs/mindzero_household_tiny.py"
 
@@ -76,7 +76,7 @@ def test_symbolic_micro_run_has_a_learning_signal_and_writes_checkpoints(tmp_pat
     assert model.config.vocab_size == codec.tokenizer.vocab_size
     # jaxtom eval's table on the held-out apartments (Table 1b / 4b's goal columns)
     from jaxtom.household.apartments import TEST_APARTMENTS, apartments
-    from jaxtom.household.evaluate import evaluate_run
+    from jaxtom.mindzero.household.evaluate import evaluate_run
     held_out = {a.name for a in apartments(TEST_APARTMENTS)}
     assert {ep.apartment.name for ep in out["test"]} <= held_out
     ecfg = dataclasses.replace(cfg, mindzero=dataclasses.replace(

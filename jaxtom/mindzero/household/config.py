@@ -2,8 +2,8 @@
 
 A household run is a MindZero config whose `mindzero` section is a `HouseholdMindZero` (the
 gridworld's `MindZeroSection` with one more field) and whose `mindzero.data.task` is
-"household"; `jaxtom train|eval|mindzero run` route it to `jaxtom.household.train` /
-`jaxtom.household.evaluate`. The shared fields keep their meaning: `data.train_episodes` /
+"household"; `jaxtom train|eval|mindzero run` route it to `jaxtom.mindzero.household.train` /
+`jaxtom.mindzero.household.evaluate`. The shared fields keep their meaning: `data.train_episodes` /
 `data.eval_episodes` episodes on the train / test apartments, `data.max_steps` the step budget
 (OWAH: 200), `data.num_particles` the n of Figure 9, `data.observation` `figure` (Figure 9's
 prompt) or `compact` (a short line for the tiny model), `warmup.teacher` `approached` (the

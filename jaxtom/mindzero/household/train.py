@@ -300,7 +300,7 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
     """An eval hook: greedy completions on a fixed sample of held-out (episode, t); mean log
     score of the true goal (1% uniform over the generator's goal space), top-1, well-formed
     share and distinct completions. Labels are read here only, for logging."""
-    from jaxtom.household.evaluate import belief_scores
+    from jaxtom.mindzero.household.evaluate import belief_scores
     from jaxtom.mindzero.policy import sample_completions
     d = config.mindzero.data
     num_rows = num_rows or config.mindzero.household.monitor_rows

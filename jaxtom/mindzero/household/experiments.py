@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxtom.config import Config
-from jaxtom.household.config import HouseholdMindZero, HouseholdSpec
+from jaxtom.mindzero.household.config import HouseholdMindZero, HouseholdSpec
 from jaxtom.mindzero.config import DataSpec, EvalSpec, WarmupSpec
 from jaxtom.mindzero.experiments import TINY_MODEL, paper_config
 from jaxtom.mindzero.reward import RewardConfig

@@ -107,5 +107,30 @@ def evaluate_model(models: dict, observation: str, episodes, questions, *,
     return tables
 
 
+def evaluate_run_qa(cfg, models: dict, test) -> dict:
+    """`jaxtom eval`'s Table 4b for a household run (`evaluate.evaluate_run` calls it):
+    questions from the first `eval.qa_episodes` held-out episodes (0: skip), each model in
+    `models` (name -> (model, codec)) answering itself (`evaluate_model`, the run's
+    `data.observation` form), beside the planner's own belief, the reward's choice and a random
+    answerer."""
+    import jax
+
+    n = cfg.mindzero.eval.qa_episodes
+    if not n:
+        return {}
+    episodes = list(test)[:n]
+    questions = qa.make_questions(episodes, seed=cfg.trainer.seed, per_type=2)
+    if not questions:
+        return {}
+    tables = evaluate_model(models, cfg.mindzero.data.observation, episodes, questions,
+                            max_new_tokens=cfg.trainer.max_new_tokens,
+                            key=jax.random.key(cfg.trainer.seed), seed=cfg.trainer.seed)
+    title = (f"Household QA (Table 4b protocol) on {len(episodes)} held-out episodes, "
+             f"{len(questions)} questions; binary choice, chance 0.5; mean ± SE, "
+             "episode-clustered; each model answers itself (greedy and sampled at 0.8/0.95).")
+    return {"qa": tables, "qa_markdown": qa.markdown(tables, title)}
+
+
 __all__ = ["QAPrompts", "QARollout", "SAMPLED", "answer_questions", "evaluate_model",
+           "evaluate_run_qa",
            "mirrored", "question_tasks"]

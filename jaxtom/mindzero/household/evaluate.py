@@ -30,7 +30,9 @@ from jaxtom import storage
 from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.household import data as hd
+from jaxtom.household.evaluate_assist import evaluate_run_assistance
 from jaxtom.household.goals import Goal
+from jaxtom.mindzero.household.qa_ssrl import evaluate_run_qa
 
 COLUMNS = (("log_score", "log score (true goal)"), ("top1", "top-1"),
            ("kl_exact", "KL(exact || q)"))
@@ -142,15 +144,9 @@ def model_beliefs(model, codec, episodes, rows, *, observation: str, num_particl
     return parsed, texts, np.asarray(tokens, float)
 
 
-# (module, function) pairs called after the goal table with (cfg, models, test episodes);
-# each returns {} when its eval switch is off (eval.assistance / eval.qa_episodes)
-EXTRA_TABLES: list = [("jaxtom.household.assist", "evaluate_run_assistance"),
-                      ("jaxtom.household.qa", "evaluate_run_qa")]
-
-
 def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
     """The goal-inference table of the household run at `checkpoint` (results next to it)."""
-    from jaxtom.household.train import load_model
+    from jaxtom.mindzero.household.train import load_model
     t0 = time.perf_counter()
     checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
@@ -200,20 +196,15 @@ def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
                              **{name: {k: v.tolist() for k, v in s.items()}
                                 for name, s in per_row.items()}},
                "goal_space": int(np.mean([len(hd.goal_support(ep.apartment)) for ep in test]))}
-    for module, fn in EXTRA_TABLES:
-        results.update(_extra_table(module, fn, cfg, models, test))
+    # Table 1b and Table 4b: each {} when its eval switch is off (eval.assistance / qa_episodes)
+    results.update(evaluate_run_assistance(cfg, models, test))
+    results.update(evaluate_run_qa(cfg, models, test))
     results["eval_s"] = time.perf_counter() - t0
     if jax.process_index() == 0:
         storage.write_json(run_dir / "results.json", results, indent=1, default=float)
         storage.write_text(run_dir / "results.md", markdown(results) + "\n")
     print(markdown(results))
     return results
-
-
-def _extra_table(module: str, fn: str, cfg, models, test) -> dict:
-    import importlib
-    f = getattr(importlib.import_module(module), fn, None)
-    return {} if f is None else f(cfg, models, test)
 
 
 def markdown(results: dict) -> str:

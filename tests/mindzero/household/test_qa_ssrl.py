@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxtom.household import qa, qa_ssrl
+from jaxtom.household import qa
+from jaxtom.mindzero.household import qa_ssrl
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
 from jaxtom.mindzero import qa as mindzero_qa

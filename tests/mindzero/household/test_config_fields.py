@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxtom.config import ConfigError, load_config
-from jaxtom.household import train as ht
+from jaxtom.mindzero.household import train as ht
 from jaxtom.household.goals import Goal
 from jaxtom.household.particles import format_particles
 from jaxtom.mindzero.trainer import WarmupCollapsed
