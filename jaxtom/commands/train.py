@@ -76,12 +76,12 @@ def build_task(config):
 
 
 def mindzero_train_fn(config):
-    """MindZero's trainer for the config's task: goal particles, question answering or the
-    household (`jaxtom.household`)."""
+    """MindZero's trainer for the config's task: goal particles, question answering (gridworld
+    or household) or household goal particles (`jaxtom.mindzero.household`)."""
     if config.mindzero.data.task == "household":
         from jaxtom.mindzero.household.train import train as train_household
         return train_household
-    if config.mindzero.data.task == "qa":
+    if config.mindzero.data.task in ("qa", "household_qa"):
         from jaxtom.mindzero.qa_train import train as train_qa
         return train_qa
     from jaxtom.mindzero.trainer import train as train_mindzero
@@ -94,7 +94,7 @@ def mindzero_evaluate(config, checkpoint, test=None, train=None):
     if config.mindzero.data.task == "household":
         from jaxtom.mindzero.household.evaluate import evaluate_run as evaluate_household
         return evaluate_household(config, checkpoint, test=test)
-    if config.mindzero.data.task == "qa":
+    if config.mindzero.data.task in ("qa", "household_qa"):
         from jaxtom.mindzero.qa_eval import evaluate_qa_run
         return evaluate_qa_run(config, checkpoint, test=test)
     from jaxtom.mindzero.run import evaluate_run

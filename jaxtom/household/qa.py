@@ -17,6 +17,12 @@ has too few known instances of, i.e. is searching for):
 - 2.3 goal given updated belief: the human walks to furniture F to grab a G_o it first saw
   during the episode; the other option is a type it has never observed and does not need;
   answer G_o.
+- 2.4 goal given future actions: the human, at furniture F where it knows instances of two
+  types (one it needs, G_n, and one it does not, G_x), grabs the G_n; the question is asked
+  with that grab shown, so the action that follows the arrival decides between "trying to get
+  G_n" and "G_x" (answer G_n), where the walk to F alone explained both. MMToM-QA's own
+  generator is not public (notes section 5 names the type only); this is this library's
+  reading of "given future actions" in its simulator.
 
 The planner's own state answers every question (`planner_answer`): a belief question by whether
 its belief leaves a G possible in C (C not looked into, or a G known there), a goal question by
@@ -49,10 +55,10 @@ from jaxtom.household.qa_answers import accuracy_by_type
 from jaxtom.household.reward import QA_FLOOR, qa_reward
 from jaxtom.household.world import HELD, State, open_
 
-QUESTION_TYPES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3")
+QUESTION_TYPES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "2.4")
 TYPE_NAMES = {"1.1": "true belief", "1.2": "false belief", "1.3": "long-term belief",
               "2.1": "goal, true belief", "2.2": "goal, false belief",
-              "2.3": "goal, updated belief"}
+              "2.3": "goal, updated belief", "2.4": "goal, future actions"}
 LONG_TERM_GAP = 3  # 1.3: at least this many actions since C was opened
 NAME = "Mary"
 INSTRUCTION = ("You FIRST think about the reasoning process as an internal monologue and then "
@@ -208,6 +214,14 @@ def _candidates(episode) -> dict[str, list[dict]]:
                     if (kind in look and c in b.seen and not _g_in(s, kind, c)
                             and not thinks_possible(s, b, kind, c)):
                         out["1.3"].append(dict(step=t, obj=kind, container=c))
+        if a.verb == "grab":
+            kind, at = s_prev.object_types[a.obj], b_prev.location.get(a.obj)
+            wanted = needs(s_prev, b_prev, goal)
+            if at is not None and at != HELD and kind in wanted:
+                others = sorted({s_prev.object_types[o] for o in b_prev.believed_at(at)}
+                                & set(catalog.GOAL_OBJECT_TYPES) - set(wanted) - {kind})
+                if others:
+                    out["2.4"].append(dict(step=t, truth=kind, others=others))
         if fid >= 0:
             nxt = next((u for u in range(t - 1, episode.length) if acts[u].is_key), None)
             if nxt is not None and acts[nxt].verb == "grab":
@@ -310,14 +324,15 @@ def figure_question(episode, q: Question, name: str = NAME, instruction: bool = 
 
 
 def _seen_where(episode, q: Question, kind: str) -> str:
-    """'here' (on/in the furniture the last action walked to), 'elsewhere' or 'unseen', from
-    the human's observations up to the question."""
+    """'here' (on/in the furniture the last action walked to or grabbed from), 'elsewhere' or
+    'unseen', from the human's observations up to the question."""
     b, s = episode.beliefs[q.step - 1], episode.states[q.step - 1]
     a = episode.actions[q.step - 1]
     spots = {loc for o, loc in b.known if s.object_types[o] == kind and loc != HELD}
     if not spots:
         return "unseen"
-    return "here" if a.verb == "walk" and a.furniture in spots else "elsewhere"
+    at = {"walk": a.furniture, "grab": b.location.get(a.obj)}.get(a.verb)
+    return "here" if at is not None and at in spots else "elsewhere"
 
 
 def compact_question(episode, q: Question) -> str:
@@ -326,6 +341,7 @@ def compact_question(episode, q: Question) -> str:
     s = episode.states[q.step - 1]
     a = episode.actions[q.step - 1]
     where = (a.room or s.apartment.piece(a.furniture).type) if a.verb == "walk" else (
+        s.object_types[a.obj] if a.verb == "grab" else
         s.apartment.piece(a.furniture).type if a.furniture >= 0 else "-")
     if q.is_belief:
         short = {"inside": "in", "not inside": "not"}

@@ -87,40 +87,43 @@ def starting_model(cfg, run_dir: Path):
 
 
 def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None) -> dict:
-    """The Table 4a rows for the run at `checkpoint` on its held-out questions (`test`: the
-    run's `QASet`, regenerated from the config when not given); writes qa_results.json/.md
-    next to the checkpoint and prints the table."""
-    from jaxtom.mindzero.qa_train import likelihood_table, load_model, qa_data, question_prompts
+    """The Table 4a (gridworld) or 4b (household, `task=household_qa`) rows for the run at
+    `checkpoint` on its held-out questions (`test`: the run's held-out set, regenerated from
+    the config when not given); writes qa_results.json/.md next to the checkpoint and prints
+    the table."""
+    from jaxtom.mindzero.qa_train import load_model, qa_domain
     t0 = time.perf_counter()
+    domain = qa_domain(cfg)
     checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
     if test is None:
-        _, test = qa_data(cfg)
+        _, test = domain.sets(cfg)
     qs, seed = test.questions, cfg.trainer.seed
     models = {"MindZero": load_model(cfg, checkpoint), "untrained": starting_model(cfg, run_dir)}
     table, answers = {}, {}
     for name, (model, codec) in models.items():
-        prompts = question_prompts(cfg, codec, test, model)
+        prompts = domain.prompts(cfg, codec, test, model)
         tf_per_token, tf_per_picture = prompts.tflops_per_token_and_picture(model)
         for mode, kw in (("greedy", {}), ("sampled", SAMPLED)):
             key = jax.random.fold_in(jax.random.key(seed), 7)
             choices, texts, tokens = answer(model, codec, prompts, key=key,
-                                            max_new_tokens=cfg.trainer.max_new_tokens, **kw)
+                                            max_new_tokens=cfg.trainer.max_new_tokens,
+                                            parse=domain.parse, **kw)
             row = f"{name} ({mode})"
-            table[row] = accuracy_table(choices, qs)
+            table[row] = domain.accuracy_table(choices, qs)
             table[row].update(tflops_per_question=tf_per_token * float(tokens.mean())
                               + tf_per_picture,
                               distinct_answers=len(set(texts)))
             answers[row] = texts
-    for name, choices in baseline_choices(qs, likelihood_table(test, cfg), seed).items():
-        table[name] = accuracy_table(choices, qs)
-    results = {"episodes": len(test.view), "questions": len(qs), "accuracy": table,
+    table.update(domain.baselines(cfg, test))
+    results = {"episodes": len(test), "questions": len(qs), "accuracy": table,
                "eval_s": time.perf_counter() - t0}
+    text = domain.markdown(results)
     if jax.process_index() == 0:
         storage.write_json(run_dir / "qa_results.json", {**results, "answers": answers},
                            indent=1, default=float)
-        storage.write_text(run_dir / "qa_results.md", markdown(results) + "\n")
-    print(markdown(results))
+        storage.write_text(run_dir / "qa_results.md", text + "\n")
+    print(text)
     return results
 
 

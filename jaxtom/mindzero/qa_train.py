@@ -1,4 +1,5 @@
-"""Training a MindZero QA model (`mindzero.data.task="qa"`) on the one trainer.
+"""Training a MindZero QA model (`mindzero.data.task="qa"`, or `"household_qa"` through
+`household.qa_ssrl.HouseholdQA`) on the one trainer.
 
 Data (appendix B.2): `data.train_episodes` training episodes that each carry questions of
 types 1-3 (`gridworld.qa_episodes`) and `data.eval_episodes` held-out ones (no training wall
@@ -22,6 +23,7 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.gridworld import qa_episodes
 from jaxtom.gridworld.episodes import layout_keys
+from jaxtom.mindzero import qa_eval
 from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.policy import train_bpe
@@ -49,6 +51,9 @@ class QASet:
     def make(cls, episodes, questions) -> "QASet":
         return cls(episodes, list(questions), HostEpisodes.from_episodes(episodes))
 
+    def __len__(self) -> int:  # episodes
+        return len(self.view)
+
 
 def qa_data(config) -> tuple[QASet, QASet]:
     """(train, held-out) QA sets of the run, deterministic in `trainer.seed`."""
@@ -75,8 +80,7 @@ def build_model(config, run_dir: Path, sets=(), mesh=None):
     image = config.mindzero.data.observation == "image"
     path = storage.path(run_dir) / "tokenizer.json"
     if not config.model.path and not path.exists():
-        texts = [render_question(config.mindzero.data.observation, s.view, q)
-                 for s in sets for q in s.questions] + ["a", "b"] * 50
+        texts = qa_domain(config).texts(config, sets) + ["a", "b"] * 50
         tok = train_bpe(texts, config.model.vocab_size)
         if image:
             tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
@@ -105,12 +109,54 @@ def question_prompts(config, codec, qa: QASet, model) -> QAPrompts:
     return QAPrompts(d.observation, codec, qa.view, qa.questions)
 
 
+class GridworldQA:
+    """The gridworld's questions (types 1-3, appendix B.2) as the QA driver asks them: the
+    sets, the prompts' texts, the rollout (reward: the planner's action likelihood under the
+    chosen option's goal) and the answer parser. `household.qa_ssrl.HouseholdQA` is the same
+    for the household's MMToM-style questions."""
+    parse = staticmethod(parse_answer)
+
+    def sets(self, config) -> tuple[QASet, QASet]:
+        return qa_data(config)
+
+    def texts(self, config, sets) -> list[str]:
+        return [render_question(config.mindzero.data.observation, s.view, q)
+                for s in sets for q in s.questions]
+
+    def prompts(self, config, codec, qa_set: QASet, model) -> QAPrompts:
+        return question_prompts(config, codec, qa_set, model)
+
+    def rollout(self, config, codec, prompts: QAPrompts, train_set: QASet) -> QARollout:
+        return QARollout(config.trainer, config.mindzero.reward, codec, prompts,
+                         likelihood_table(train_set, config),
+                         mirror=config.mindzero.data.qa_mirror)
+
+    accuracy_table = staticmethod(qa_eval.accuracy_table)
+    markdown = staticmethod(qa_eval.markdown)
+
+    def baselines(self, config, test: QASet) -> dict:
+        """The model-free rows: exact posterior, the reward's own choice, coin flips."""
+        choices = qa_eval.baseline_choices(test.questions, likelihood_table(test, config),
+                                           config.trainer.seed)
+        return {name: qa_eval.accuracy_table(c, test.questions) for name, c in choices.items()}
+
+
+def qa_domain(config):
+    """The QA domain of `mindzero.data.task`: the gridworld's (`qa`) or the household's
+    (`household_qa`)."""
+    if config.mindzero.data.task == "household_qa":
+        from jaxtom.mindzero.household.qa_ssrl import HouseholdQA
+        return HouseholdQA()
+    return GridworldQA()
+
+
 def row_len(config, prompts: QAPrompts, completion: int, quantum: int = 16) -> int:
     longest = max(len(prompts(i)) for i in range(len(prompts.questions)))
     return int(np.ceil((longest + completion + 1) / quantum) * quantum)
 
 
-def answer_monitor(config, prompts: QAPrompts, qa: QASet, num_questions: int = 128):
+def answer_monitor(config, prompts: QAPrompts, qa, num_questions: int = 128,
+                   parse=parse_answer):
     """An eval hook: greedy answers to a fixed sample of held-out questions (`prompts`: the
     set's); accuracy, the share parsed and of `a`, and how many distinct answers (1 = the
     answer ignores the question). Labels are read here only, for logging."""
@@ -125,7 +171,7 @@ def answer_monitor(config, prompts: QAPrompts, qa: QASet, num_questions: int = 1
                               max_new_tokens=config.trainer.max_new_tokens, temperature=0.0,
                               stop=list(codec.eos_ids), pad_id=codec.pad_id)
         texts = [codec.decode(s) for s in seqs]
-        choice = np.array([parse_answer(x, prompts.labels(int(i))) for x, i in zip(texts, pick)])
+        choice = np.array([parse(x, prompts.labels(int(i))) for x, i in zip(texts, pick)])
         return {"accuracy": float(np.mean(choice == answer)), "valid": float(np.mean(choice >= 0)),
                 "answer_a": float(np.mean(choice == 0)), "distinct_answers": float(len(set(texts)))}
     return score
@@ -138,13 +184,13 @@ def train(config, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     if jax.process_index() == 0:
         storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
-    train_set, test_set = qa_data(config)
+    domain = qa_domain(config)
+    train_set, test_set = domain.sets(config)
     mesh = mz.make_mesh(config)
     model, codec = build_model(config, run_dir, (train_set, test_set), mesh=mesh)
     mzc = config.mindzero
-    prompts = question_prompts(config, codec, train_set, model)
-    rollout = QARollout(config.trainer, mzc.reward, codec, prompts,  # (adds mirrored prompts)
-                        likelihood_table(train_set, config), mirror=mzc.data.qa_mirror)
+    prompts = domain.prompts(config, codec, train_set, model)
+    rollout = domain.rollout(config, codec, prompts, train_set)  # (adds mirrored prompts)
     completion = max(config.trainer.max_new_tokens, 2)
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, row_len=row_len(config, prompts, completion), pad_id=codec.pad_id,
@@ -160,7 +206,8 @@ def train(config, progress: bool = True) -> dict:
         model = warm.learner.model(warm.run())
         mz.save_model(model, run_dir / "warmup")
     timings["warmup_s"] = time.perf_counter() - t1
-    monitor = answer_monitor(config, question_prompts(config, codec, test_set, model), test_set)
+    monitor = answer_monitor(config, domain.prompts(config, codec, test_set, model), test_set,
+                             parse=domain.parse)
     if config.trainer.eval_every:
         timings["start_monitor"] = monitor(0, model)
     state = mz.run_ssrl(model, tasks, rollout, config, run_dir, monitor, timings,

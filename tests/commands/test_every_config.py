@@ -55,7 +55,8 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
         return out
     tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny",
                     "mindzero_gridworld_qwen3vl_tiny",
-                    "mindzero_household_tiny")  # own BPE + random init
+                    "mindzero_household_tiny",
+                    "mindzero_household_qa_tiny")  # own BPE + random init
     if not tiny:  # Qwen3-VL configs (image observations) get a Qwen3-VL stand-in
         out.append(f"model.path={standin}_vl" if "qwen3vl" in name else f"model.path={standin}")
     if name.startswith("mindzero"):

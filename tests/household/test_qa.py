@@ -78,6 +78,13 @@ def test_answer_rules():
             assert has == (q.qtype == "1.1")
         else:
             assert set(q.options) <= set(qa.catalog.GOAL_OBJECT_TYPES) and len(set(q.options)) == 2
+        if q.qtype == "2.4":  # the shown grab takes the truth from where both types were known
+            a, before = ep.actions[q.step - 1], ep.beliefs[q.step - 1]
+            assert a.verb == "grab" and ep.states[q.step - 1].object_types[a.obj] == truth
+            here = {s.object_types[o] for o in before.believed_at(before.location[a.obj])}
+            assert set(q.options) <= here
+            assert q.log_lik[q.answer] > q.log_lik[1 - q.answer]
+            assert qa.compact_question(ep, q).endswith("| a here | b here")
 
 
 def test_random_answerer_is_at_chance():

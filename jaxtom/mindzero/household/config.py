@@ -2,8 +2,9 @@
 
 A household run is a MindZero config whose `mindzero` section is a `HouseholdMindZero` (the
 gridworld's `MindZeroSection` with one more field) and whose `mindzero.data.task` is
-"household"; `jaxtom train|eval|mindzero run` route it to `jaxtom.mindzero.household.train` /
-`jaxtom.mindzero.household.evaluate`. The shared fields keep their meaning: `data.train_episodes` /
+"household" (goal particles; `jaxtom train|eval|mindzero run` route it to
+`jaxtom.mindzero.household.train` / `.evaluate`) or "household_qa" (questions, through the QA
+driver `jaxtom.mindzero.qa_train` with `household.qa_ssrl.HouseholdQA`). The shared fields keep their meaning: `data.train_episodes` /
 `data.eval_episodes` episodes on the train / test apartments, `data.max_steps` the step budget
 (OWAH: 200), `data.num_particles` the n of Figure 9, `data.observation` `figure` (Figure 9's
 prompt) or `compact` (a short line for the tiny model), `warmup.teacher` `approached` (the
@@ -27,6 +28,7 @@ LIKELIHOODS = ("symbolic", "llm")
 PRIORS = ("symbolic", "llm", "none")
 SCORERS = ("reference", "http")
 OBSERVABILITY = ("full", "partial")
+TASKS = ("household", "household_qa")  # goal particles (Table 1b) | MMToM-style QA (Table 4b)
 URL_ENV = "JAXTOM_REWARD_URL"  # the reward model's server when `scorer_url` is ""
 
 
@@ -61,13 +63,15 @@ class HouseholdMindZero(MindZeroSection):
     def validate(self, config) -> None:
         from jaxtom.config import ConfigError
         d = self.data
-        if d.task != "household":
-            raise ConfigError("mindzero.data.task", "'household' for a household section",
+        if d.task not in TASKS:
+            raise ConfigError("mindzero.data.task", f"one of {TASKS} for a household section",
                               d.task)
-        # the shared checks, on the fields the household shares with the gridworld
+        # the shared checks, on the fields the household shares with the gridworld (its
+        # goal particles as the goal task's, its questions as the QA task's)
         MindZeroSection.validate(dataclasses.replace(
-            self, data=dataclasses.replace(d, task="goals", observation="compact",
-                                           split="episodes", label_set="all")), config)
+            self, data=dataclasses.replace(d, task="goals" if d.task == "household" else "qa",
+                                           observation="compact", split="episodes",
+                                           label_set="all")), config)
         h = self.household
 
         def check(ok, field, expected, got):
@@ -101,6 +105,17 @@ class HouseholdMindZero(MindZeroSection):
         check(not set(h.train_apartments) & set(h.test_apartments), "household.test_apartments",
               f"apartments disjoint from the training ones {h.train_apartments}",
               h.test_apartments)
+        if d.task == "household_qa":  # its reward is the planner's, with no prior
+            from jaxtom.mindzero.reward import RewardConfig
+            for f in dataclasses.fields(RewardConfig):
+                check(getattr(self.reward, f.name) == f.default, f"reward.{f.name}",
+                      f"{f.default!r} for mindzero.data.task='household_qa' (its reward, "
+                      "`household.qa.rewards`, has no settings)", getattr(self.reward, f.name))
+            for name in ("likelihood", "prior", "scorer"):
+                check(getattr(h, name) == getattr(HouseholdSpec(), name), f"household.{name}",
+                      f"{getattr(HouseholdSpec(), name)!r} for mindzero.data.task="
+                      "'household_qa' (its reward is the planner's likelihood of the last "
+                      "action; nothing would read it)", getattr(h, name))
         uses_llm = h.likelihood == "llm" or h.prior == "llm"
         check(not (uses_llm and h.scorer == "http" and not h.url()), "household.scorer_url",
               f"a base URL (or ${URL_ENV}) for the http scorer", h.scorer_url)

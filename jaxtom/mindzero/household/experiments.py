@@ -77,3 +77,29 @@ def household_tiny_config() -> Config:
             reward=RewardConfig(floor=1e-10, duplicates="merge"),
             eval=EvalSpec(episodes=32, stride=4, assistance=False),
             household=HouseholdSpec(likelihood="symbolic", prior="symbolic")))
+
+
+def household_qa_tiny_config() -> Config:
+    """The household QA CPU default (see configs/mindzero_household_qa_tiny.py): the gridworld
+    QA default's recipe (`mindzero.experiments.qa_tiny_config`) on the household's questions.
+    The tiny decoder from scratch over a BPE of its own compact questions; 100 training
+    episodes on apartments 0, 1, 2, 4, 5 (up to two questions per type each), 48 held-out on
+    3 and 6; a 100-step random-letter warm-up (never the answer), then 300 SSRL steps of 8
+    questions, each also asked with its options swapped, x 8 one-token answers (lr 3e-4 ->
+    3e-5, KL 0.05 to the starting model), rewarded by the planner's likelihood of the person's
+    last action under the chosen option (`household.qa.rewards`, no label)."""
+    return Config(
+        model=TINY_MODEL,
+        step=StepConfig(learning_rate=3e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,
+                        max_grad_norm=1.0, total_steps=300, end_lr_ratio=0.1),
+        trainer=TrainerConfig(workdir="runs/mindzero_household_qa_tiny", total_steps=300,
+                              prompts_per_step=8, group_size=8, temperature=1.0,
+                              max_new_tokens=1, row_len=64, eval_every=50,
+                              checkpoint_every=50),
+        mindzero=HouseholdMindZero(
+            data=DataSpec(max_steps=200, train_episodes=100, eval_episodes=48,
+                          observation="compact", task="household_qa", qa_mirror=True),
+            warmup=WarmupSpec(steps=100, batch_size=32, learning_rate=3e-3),
+            reward=RewardConfig(),
+            eval=EvalSpec(assistance=False),
+            household=HouseholdSpec()))

@@ -131,6 +131,65 @@ def evaluate_run_qa(cfg, models: dict, test) -> dict:
     return {"qa": tables, "qa_markdown": qa.markdown(tables, title)}
 
 
-__all__ = ["QAPrompts", "QARollout", "SAMPLED", "answer_questions", "evaluate_model",
-           "evaluate_run_qa",
+QUESTIONS_PER_TYPE = 2  # per episode and type (where the type can be posed), as Table 4b's
+
+
+@dataclasses.dataclass
+class HouseholdQASet:
+    """Episodes with their questions (up to `QUESTIONS_PER_TYPE` per type each)."""
+    episodes: list
+    questions: list
+
+    def __len__(self) -> int:  # episodes
+        return len(self.episodes)
+
+
+class HouseholdQA:
+    """The household's MMToM-style questions as the QA driver (`mindzero.qa_train`) asks them
+    (`mindzero.data.task="household_qa"`): episodes on the training / held-out apartments
+    (`mindzero.household.*_apartments`), questions of every type, the household's prompts,
+    parser and label-free reward, Table 4b's accuracy and model-free rows."""
+    parse = staticmethod(parse_answer)
+
+    def sets(self, config) -> tuple[HouseholdQASet, HouseholdQASet]:
+        from jaxtom.household import data as hd
+        seed = config.trainer.seed + config.mindzero.household.seed_offset
+        out = []
+        for split, offset in (("train", 0), ("test", 1)):
+            episodes = hd.make_episodes(config, split)
+            out.append(HouseholdQASet(episodes, qa.make_questions(
+                episodes, seed=seed + offset, per_type=QUESTIONS_PER_TYPE)))
+        return out[0], out[1]
+
+    def texts(self, config, sets) -> list[str]:
+        obs = config.mindzero.data.observation
+        return [qa.render_question(obs, s.episodes[q.episode], q) for s in sets
+                for q in s.questions]
+
+    def prompts(self, config, codec, qa_set: HouseholdQASet, model) -> QAPrompts:
+        return QAPrompts(config.mindzero.data.observation, codec, qa_set.episodes,
+                         qa_set.questions)
+
+    def rollout(self, config, codec, prompts: QAPrompts, train_set) -> QARollout:
+        return QARollout(config.trainer, codec, prompts, mirror=config.mindzero.data.qa_mirror)
+
+    @staticmethod
+    def accuracy_table(choices, questions) -> dict:
+        table = qa.accuracy_table(choices, questions)
+        table["valid"] = float(np.mean(np.asarray(choices) >= 0))
+        return table
+
+    def baselines(self, config, test: HouseholdQASet) -> dict:
+        return qa.baseline_tables(test.episodes, test.questions, config.trainer.seed)
+
+    @staticmethod
+    def markdown(results: dict) -> str:
+        return qa.markdown(results["accuracy"], (
+            f"Household QA (Table 4b protocol) on {results['episodes']} held-out episodes, "
+            f"{results['questions']} questions; binary choice, chance 0.5; mean ± SE, "
+            "episode-clustered; each model answers itself (greedy, and sampled at 0.8/0.95)."))
+
+
+__all__ = ["HouseholdQA", "HouseholdQASet", "QAPrompts", "QARollout", "SAMPLED",
+           "answer_questions", "evaluate_model", "evaluate_run_qa",
            "mirrored", "question_tasks"]
