@@ -64,6 +64,22 @@ class ModelSection:
     def uses_qk_norm(self) -> bool:
         return self.family == "qwen3" if self.qk_norm is None else self.qk_norm
 
+    def random_model_config(self, *, vocab_size: int | None = None, eos_token_ids=(),
+                            tie_word_embeddings: bool = False,
+                            max_position_embeddings: int = 4096):
+        """The decoder a random model of these sizes has (`path` ""): the one place the
+        section's fields become a `ModelConfig`. A run that trains its own tokenizer passes
+        its vocabulary size and EOS ids."""
+        from jaxtom.models.config import ModelConfig
+        return ModelConfig(
+            family=self.family, vocab_size=vocab_size or self.vocab_size,
+            hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_layers=self.num_layers, num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, qk_norm=self.uses_qk_norm,
+            tie_word_embeddings=tie_word_embeddings,
+            max_position_embeddings=max_position_embeddings, eos_token_ids=tuple(eos_token_ids),
+            param_dtype=self.param_dtype, compute_dtype=self.compute_dtype)
+
 
 @dataclasses.dataclass(frozen=True)
 class TaskSection:

@@ -25,6 +25,7 @@ The last line printed is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import math
@@ -96,18 +97,15 @@ def model_config(model_section):
 
     from jaxtom import config as jaxtom_config
     from jaxtom.config import ConfigError
-    from jaxtom.models.config import ModelConfig, load_hf_config
+    from jaxtom.models.config import load_hf_config
 
     param, compute = model_dtypes(model_section)
     m = model_section
     resolve = getattr(jaxtom_config, "resolve_model_path", lambda p: p)  # "smollm2" -> file
     path = resolve(m.path) if m.path else ""
     if not path:
-        return ModelConfig(
-            family=m.family, vocab_size=m.vocab_size, hidden_size=m.hidden_size,
-            intermediate_size=m.intermediate_size, num_layers=m.num_layers,
-            num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-            qk_norm=m.uses_qk_norm, param_dtype=param, compute_dtype=compute)
+        return dataclasses.replace(m.random_model_config(), param_dtype=param,
+                                   compute_dtype=compute)
     path = Path(path)
     if path.suffix == ".gguf":
         import gguf

@@ -46,19 +46,12 @@ def build_model(config, mesh):
     """The generic task's policy: a checkpoint (`model.path`) or a random model."""
     from jaxtom import models
     from jaxtom.config import resolve_model_path
-    from jaxtom.models.config import ModelConfig
-
     m = config.model
     if m.path:
         model = models.from_pretrained(resolve_model_path(m.path), dtype=m.param_dtype,
                                        compute_dtype=m.compute_dtype, mesh=mesh)
     else:
-        model = models.init_decoder(ModelConfig(
-            family=m.family, vocab_size=m.vocab_size, hidden_size=m.hidden_size,
-            intermediate_size=m.intermediate_size, num_layers=m.num_layers,
-            num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-            qk_norm=m.uses_qk_norm, param_dtype=m.param_dtype,
-            compute_dtype=m.compute_dtype), seed=m.seed, mesh=mesh)
+        model = models.init_decoder(m.random_model_config(), seed=m.seed, mesh=mesh)
     if m.lora_rank:
         models.add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha or None)
     return model

@@ -40,7 +40,7 @@ def tiny_vl_config() -> Config:
     return dataclasses.replace(
         cfg,
         model=dataclasses.replace(m, hidden_size=64, intermediate_size=128, num_layers=2,
-                                  num_heads=4, num_kv_heads=2, head_dim=16),
+                                  num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True),
         step=dataclasses.replace(cfg.step, total_steps=20, warmup_steps=0),
         trainer=dataclasses.replace(cfg.trainer, workdir="runs/mindzero_gridworld_qwen3vl_tiny",
                                     total_steps=20, prompts_per_step=4, group_size=4,

@@ -29,7 +29,7 @@ from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles, to_arrays
 from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
 from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
-from jaxtom.models import ModelConfig, add_lora, from_pretrained, init_decoder
+from jaxtom.models import add_lora, from_pretrained, init_decoder
 from jaxtom.rl import StepConfig, group_advantages
 from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, explore_kwargs, sample_rows
@@ -114,12 +114,8 @@ def build_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=None)
                 storage.save_tokenizer(path, tok.backend)
         else:
             tok = load_bpe(path)
-        mcfg = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=m.hidden_size,
-                           intermediate_size=m.intermediate_size, num_layers=m.num_layers,
-                           num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                           head_dim=m.head_dim, qk_norm=m.uses_qk_norm, tie_word_embeddings=True,
-                           max_position_embeddings=1024, eos_token_ids=tok.eos_token_ids,
-                           param_dtype=m.param_dtype, compute_dtype=m.compute_dtype)
+        mcfg = m.random_model_config(vocab_size=tok.vocab_size, eos_token_ids=tok.eos_token_ids,
+                                     tie_word_embeddings=True, max_position_embeddings=1024)
         return init_decoder(mcfg, seed, mesh=mesh), Codec(tok)
     path = storage.path(resolve_model_path(m.path))
     model = from_pretrained(path, dtype=m.param_dtype, compute_dtype=m.compute_dtype, mesh=mesh)

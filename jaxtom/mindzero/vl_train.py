@@ -32,7 +32,7 @@ from jaxtom.mindzero import trainer as text_trainer
 from jaxtom.mindzero.image_observation import observation_image
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
-from jaxtom.models import ModelConfig, Qwen3VL, init_qwen3_vl
+from jaxtom.models import Qwen3VL, init_qwen3_vl
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
 from jaxtom.models.vl_config import VisionConfig, VLConfig
@@ -77,12 +77,8 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
     ids = {name: tok.token_to_id(name) for name in (VISION_START, IMAGE_PAD, VISION_END)}
     if None in ids.values():
         raise ValueError(f"tokenizer {path} lacks the vision tokens: {ids}")
-    text = ModelConfig(family="qwen3", vocab_size=tok.vocab_size, hidden_size=m.hidden_size,
-                       intermediate_size=m.intermediate_size, num_layers=m.num_layers,
-                       num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-                       qk_norm=True, tie_word_embeddings=True, max_position_embeddings=4096,
-                       eos_token_ids=tok.eos_token_ids, param_dtype=m.param_dtype,
-                       compute_dtype=m.compute_dtype)
+    text = m.random_model_config(vocab_size=tok.vocab_size, eos_token_ids=tok.eos_token_ids,
+                                 tie_word_embeddings=True, max_position_embeddings=4096)
     vision = VisionConfig(out_hidden_size=m.hidden_size, **TINY_VISION)
     cfg = VLConfig(text=text, vision=vision, image_token_id=ids[IMAGE_PAD],
                    vision_start_token_id=ids[VISION_START], vision_end_token_id=ids[VISION_END],

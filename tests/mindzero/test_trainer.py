@@ -196,6 +196,7 @@ def test_validation_episodes_are_apart_from_train_and_eval_and_need_a_monitor():
     for bad in (["mindzero.data.val_episodes=-1"],
                 ["mindzero.data.val_episodes=5", "trainer.eval_every=0"],
                 ["mindzero.data.val_episodes=5", "mindzero.data.observation='image'"],
-                ["mindzero.data.val_episodes=5", "mindzero.data.task='qa'"]):
+                ["mindzero.data.val_episodes=5", "mindzero.data.task='qa'",
+                 "mindzero.data.observation='compact'"]):
         with pytest.raises(ConfigError, match="val_episodes"):
             load_config("configs/mindzero_gridworld_tiny.py", bad)
