@@ -83,13 +83,6 @@ def padded_rows(rows: int, learner) -> int:
     return learner.padded_rows(rows)
 
 
-def model_dtypes(model_section) -> tuple[str, str]:
-    """(param dtype, compute dtype): the split fields when the config has them, else `dtype`."""
-    param = getattr(model_section, "param_dtype", None) or model_section.dtype
-    compute = getattr(model_section, "compute_dtype", None) or model_section.dtype
-    return param, compute
-
-
 def model_config(model_section):
     """The decoder's ModelConfig from `<model.path>/config.json` (or the config's own sizes);
     a `VLConfig` (text decoder + vision tower) for a Qwen3-VL config.json."""
@@ -99,13 +92,11 @@ def model_config(model_section):
     from jaxtom.config import ConfigError
     from jaxtom.models.config import load_hf_config
 
-    param, compute = model_dtypes(model_section)
+    param, compute = model_section.param_dtype, model_section.compute_dtype
     m = model_section
-    resolve = getattr(jaxtom_config, "resolve_model_path", lambda p: p)  # "smollm2" -> file
-    path = resolve(m.path) if m.path else ""
+    path = jaxtom_config.resolve_model_path(m.path) if m.path else ""
     if not path:
-        return dataclasses.replace(m.random_model_config(), param_dtype=param,
-                                   compute_dtype=compute)
+        return m.random_model_config()
     path = Path(path)
     if path.suffix == ".gguf":
         import gguf
@@ -328,17 +319,12 @@ def _abstract_update_batch(config, mcfg, learner):
 def plan_update(config, mcfg, mesh) -> dict[str, Any]:
     """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
 
     learner, state = _abstract_state(config, mcfg, mesh)
     batch = _abstract_update_batch(config, mcfg, learner)
     rows = batch.tokens.shape[0]
-    # the jit Learner.update builds: same shardings, state donated, one program per rollout
-    state_sh = jax.tree.map(lambda x: x.sharding, state)
-    fn = jax.jit(learner._update, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding,
-                                                                       batch)),
-                 out_shardings=(state_sh, NamedSharding(mesh, PartitionSpec())),
-                 donate_argnums=(0,))
+    # the program Learner.update runs: same shardings, state donated
+    fn = learner.program(state, batch, every_position=True)
     start = time.perf_counter()
     compiled = fn.lower(state, batch).compile()
     seconds = time.perf_counter() - start
@@ -413,14 +399,14 @@ def _abstract_cache(mcfg, mesh, batch: int, cache_len: int):
 def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     """Compiles the sampler's prefill + decode loop for one sampler call (`sampler_call_rows`
     rows, prompts as long as `row_len - max_new_tokens`), sized as `sampling.generate` sizes
-    it, through the sampler's own jit (`sampling._compiled`: same shardings, donated cache).
+    it, through the sampler's own programs (`sampling.programs`: same shardings, donated
+    cache).
 
     The sampler runs SPMD over the run's global mesh on any number of processes, with the
     training params exactly as they are resident (same dtype, same sharding): its weights
     are the train state's own buffers, and what it adds is the KV cache (sharded by
     `sampling.cache_sharding`) and each program's XLA temporaries.
     """
-    import dataclasses
 
     import jax
     import jax.numpy as jnp
@@ -469,17 +455,11 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
         return cls(**{name: known[name] for name in names})
 
     loop = build(sampling.LoopConfig, statics)
-    extra = ([mcfg.num_layers] if "n_layers" in inspect.signature(sampling._compiled).parameters
-             else [])
-    fns = sampling._compiled(graphdef, loop, mesh, params, *extra)
-    inputs_cls = getattr(sampling, "SamplingInputs", None) or getattr(sampling, "LoopInputs")
-    values = {"params": params, "cache": cache, "inp": build(inputs_cls, fields)}
-    if hasattr(sampling, "PromptChunk"):
-        values["chunk"] = build(sampling.PromptChunk, fields)
-    # one program (prefill + decode), or a prefill whose outputs (cache, loop state) feed a
-    # decode program: each program's arguments by its parameter names
-    named = (dict(zip(("prefill", "decode"), fns)) if isinstance(fns, tuple)
-             else {"sampler": fns})
+    named = dict(zip(("prefill", "decode"), sampling.programs(graphdef, loop, mesh, params)))
+    values = {"params": params, "cache": cache, "inp": build(sampling.SamplingInputs, fields),
+              "chunk": build(sampling.PromptChunk, fields)}
+    # a prefill whose outputs (cache, loop state) feed the decode program: each program's
+    # arguments by its parameter names
     start = time.perf_counter()
     programs = {}
     for name, fn in named.items():
@@ -492,12 +472,11 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
         args = [values[w] for w in wanted]
         programs[name] = fn.lower(*args).compile()
         outs = jax.eval_shape(fn, *args)
-        loop_state = getattr(sampling, "LoopState", None)
         for out in (outs if isinstance(outs, tuple) and not isinstance(outs, KVCache)
                     else (outs,)):
             if isinstance(out, KVCache):
                 values["cache"] = out
-            elif loop_state is not None and isinstance(out, loop_state):
+            elif isinstance(out, sampling.LoopState):
                 values["state"] = out
     seconds = time.perf_counter() - start
     xla = {name: xla_memory(c) for name, c in programs.items()}

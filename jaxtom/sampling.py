@@ -277,9 +277,10 @@ def _decode(graphdef, config: LoopConfig, params, cache: KVCache, state: LoopSta
 _COMPILED: dict[Any, Any] = {}
 
 
-def _compiled(graphdef, config: LoopConfig, mesh, params):
+def programs(graphdef, config: LoopConfig, mesh, params):
     """(prefill, decode) jitted for one model structure, static config and mesh; the cache
-    (and the loop state holding it) is donated from one to the next."""
+    (and the loop state holding it) is donated from one to the next. What `generate` runs,
+    and what `jaxtom.plan` compiles on abstract inputs to size a rollout."""
     key = (graphdef, config, mesh)
     if key not in _COMPILED:
         prefill = lambda params, cache, chunk, inp: _prefill(  # noqa: E731
@@ -523,7 +524,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     greedy = temperature <= 0
     config = LoopConfig(buffer_len=int(buffer_len), greedy=greedy,
                         use_filter=not greedy and (top_k > 0 or top_p < 1.0), pad_id=int(pad_id))
-    prefill, decode = _compiled(graphdef, config, mesh, params)
+    prefill, decode = programs(graphdef, config, mesh, params)
     if mesh is not None:
         cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
     chunk = PromptChunk(tokens=tokens, chunk_lens=lens, starts=chunk_starts,

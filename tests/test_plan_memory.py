@@ -92,7 +92,7 @@ terms["init_state"] = {"params": tree_bytes(state.params),
 if args["rollout"]:
     # inside the sampler: live bytes as each of its programs is called
     inside = []
-    compiled = sampling._compiled
+    programs = sampling.programs
 
     def watching(*a, **k):
         def watch(fn):
@@ -100,10 +100,9 @@ if args["rollout"]:
                 inside.append(live())
                 return fn(*x, **y)
             return call
-        fns = compiled(*a, **k)
-        return tuple(map(watch, fns)) if isinstance(fns, tuple) else watch(fns)
+        return tuple(map(watch, programs(*a, **k)))
 
-    sampling._compiled = watching
+    sampling.programs = watching
     t = config.trainer
     rows = plan.sampler_call_rows(config)
     rng = np.random.default_rng(0)
@@ -111,7 +110,7 @@ if args["rollout"]:
     prompts = rng.integers(8, cfg.vocab_size, (rows, prompt_len)).tolist()
     result = sampling.generate(learner.model(state), prompts, max_new_tokens=t.max_new_tokens,
                                temperature=1.0, key=jax.random.key(0), stop_at_eos=False)
-    sampling._compiled = compiled
+    sampling.programs = programs
     measured["rollout"] = live()
     measured["rollout_inside"] = {d: max(m[d] for m in inside) for d in inside[0]}
     terms["rollout"] = {"kv_cache": tree_bytes(result.state.cache)}

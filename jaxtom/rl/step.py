@@ -387,10 +387,12 @@ class Learner:
         """
         return self.program(state, batch)(state, batch)
 
-    def program(self, state: TrainState, batch: Batch):
+    def program(self, state: TrainState, batch: Batch, *, every_position: bool = False):
         """The jitted update `update` runs on `(state, batch)` (for `.lower(...)`: memory
-        analysis, FLOPs); one per batch structure, shapes and scoring widths."""
-        widths = score_widths(batch)
+        analysis, FLOPs); one per batch structure, shapes and scoring widths. With
+        `every_position` it scores every position, the most a batch of these shapes can
+        need (what a memory plan of abstract batches wants: their masks have no values)."""
+        widths = None if every_position else score_widths(batch)
         key = (jax.tree.structure(batch),
                tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(batch)), widths)
         if key not in self._compiled:

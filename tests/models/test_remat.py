@@ -154,8 +154,7 @@ SCRIPT = textwrap.dedent("""
         b = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
             np.shape(x), np.asarray(x).dtype,
             sharding=parallel.batch_sharding(mesh, np.ndim(x), np.shape(x)[0])), b)
-        fn = jax.jit(learner._update, in_shardings=(learner.state_shardings(state),
-                                                    learner.batch_shardings(b)))
+        fn = learner.program(state, b, every_position=True)
         return fn.lower(state, b).compile().memory_analysis().temp_size_in_bytes
     out["update_temp_none"] = update_temp("none")
     out["update_temp_layer"] = update_temp("layer")
