@@ -285,6 +285,13 @@ class Decoder(nnx.Module):
             return self.embed_tokens[...], 0
         return self.lm_head[...], 1
 
+    @property
+    def text_decoder(self) -> "Decoder":
+        """The language model itself (`Qwen3VL.text_decoder` is its language model)."""
+        return self
+
+    vision_params = nnx.Nothing  # no vision tower
+
     def _logits(self, h):
         cfg = self.config
         h = rms_norm(h, self.norm[...], cfg.rms_norm_eps)

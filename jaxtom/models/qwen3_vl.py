@@ -81,6 +81,27 @@ class Qwen3VL(nnx.Module):
         apply it to `return_hidden` states themselves."""
         return self.language_model.head_weight()
 
+    @property
+    def text_decoder(self) -> Decoder:
+        """The language model (where LoRA adapters live)."""
+        return self.language_model
+
+    # parameters of the vision tower (`StepConfig.freeze_vision` keeps them as loaded)
+    vision_params = nnx.PathContains("visual")
+
+    def row_inputs(self, positions, image_index, vision) -> dict:
+        """This forward's keywords from per-row training fields (`rl.vl_batch`: each row
+        owns its images): positions [B, 3, T] -> [3, B, T], each row's I images
+        [B, I, ...] -> one flat set [B * I, ...], and `image_index` shifted from the row's
+        own vision tokens to that set's (-1, text, stays)."""
+        B, I, P = vision.patches.shape[:3]
+        per_row = I * (P // self.config.vision.merge_unit)
+        offset = (jnp.arange(B, dtype=jnp.int32) * per_row)[:, None]
+        index = jnp.where(image_index >= 0, image_index + offset, -1)
+        flat = jax.tree.map(lambda x: x.reshape(B * I, *x.shape[2:]), vision)
+        return {"positions": jnp.moveaxis(positions, 1, 0), "image_index": index,
+                "vision": flat}
+
     def _cos_sin(self, positions):
         return mrope_cos_sin(positions, rope_inv_freq(self.config.text), self.config)
 

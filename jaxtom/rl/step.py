@@ -199,18 +199,6 @@ def _images(batch: Batch):
     return None if batch.vision is None else (batch.image_index, batch.vision)
 
 
-def _vl_inputs(cfg, positions, image_index, vision) -> dict:
-    """A VL forward's keywords from per-row image fields: positions [B, 3, T] -> [3, B, T],
-    each row's I images [B, I, ...] -> one flat set [B * I, ...], and `image_index` shifted
-    from the row's own vision tokens to that set's (-1, text, stays)."""
-    B, I, P = vision.patches.shape[:3]
-    per_row = I * (P // cfg.vision.merge_unit)
-    offset = (jnp.arange(B, dtype=jnp.int32) * per_row)[:, None]
-    index = jnp.where(image_index >= 0, image_index + offset, -1)
-    flat = jax.tree.map(lambda x: x.reshape(B * I, *x.shape[2:]), vision)
-    return {"positions": jnp.moveaxis(positions, 1, 0), "image_index": index, "vision": flat}
-
-
 def _scored(batch: Batch) -> jax.Array:
     """Positions a policy row's losses read: policy tokens and decision tokens."""
     hit = batch.policy_mask > 0
@@ -243,9 +231,11 @@ class Learner:
         ref = cfg.resolved_reference()
         if ref not in REFERENCES:
             raise ValueError(f"reference must be one of {REFERENCES + ('auto',)}, got {ref!r}")
-        if cfg.lora and not getattr(model, "language_model", model).layers.lora_scale:
+        if cfg.lora and not model.text_decoder.layers.lora_scale:
             raise ValueError("lora=True but the model has no LoRA adapters; call "
                              "jaxtom.models.add_lora(model, rank=...) first")
+        if cfg.freeze_vision and model.vision_params is nnx.Nothing:
+            raise ValueError("freeze_vision=True but the model has no vision tower")
         if ref == "lora_disabled" and not cfg.lora:
             raise ValueError("reference='lora_disabled' needs lora=True")
         self.cfg, self.reference = cfg, ref
@@ -260,7 +250,7 @@ class Learner:
     def _split(self, model):
         trained = nnx.LoRAParam if self.cfg.lora else nnx.Param
         if self.cfg.freeze_vision:
-            trained = nnx.All(trained, nnx.Not(nnx.PathContains("visual")))
+            trained = nnx.All(trained, nnx.Not(model.vision_params))
         return nnx.split(model, trained, ...)
 
     # ---- state -------------------------------------------------------------------------
@@ -417,7 +407,7 @@ class Learner:
         vision) of image+text rows (`_images`), for a vision-language model. `parents`:
         shared-prompt rows' `parent_ids`."""
         model = nnx.merge(self.graphdef, params, frozen)
-        extra = {} if images is None else _vl_inputs(model.config, positions, *images)
+        extra = {} if images is None else model.row_inputs(positions, *images)
         if extra:
             positions = extra.pop("positions")
         if parents is not None:
