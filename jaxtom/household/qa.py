@@ -324,10 +324,13 @@ def figure_question(episode, q: Question, name: str = NAME, instruction: bool = 
 
 
 def _seen_where(episode, q: Question, kind: str) -> str:
-    """'here' (on/in the furniture the last action walked to or grabbed from), 'elsewhere' or
-    'unseen', from the human's observations up to the question."""
+    """'held' (the last action grabbed one), 'here' (on/in the furniture the last action walked
+    to or grabbed from), 'elsewhere' or 'unseen', from the human's observations up to the
+    question."""
     b, s = episode.beliefs[q.step - 1], episode.states[q.step - 1]
     a = episode.actions[q.step - 1]
+    if a.verb == "grab" and s.object_types[a.obj] == kind:
+        return "held"  # the last action picked one up: in the person's hand now
     spots = {loc for o, loc in b.known if s.object_types[o] == kind and loc != HELD}
     if not spots:
         return "unseen"
