@@ -16,12 +16,21 @@ on both sides so that every row decodes the full length.
 
 tunix is optional (`pip install -e ".[bench]"` in a separate venv, since it pins older
 transformers); without it the script says so and reports only the transformers ratio.
+
+Threads: both sides get the same cores. `--threads N` (default: every core this process may
+run on) pins the process to N cores before JAX or torch start -- XLA:CPU sizes its thread pool
+to the cores the process may use (CPU affinity is the reliable limit; the XLA_FLAGS
+`intra_op_parallelism_threads` / `--xla_cpu_multi_thread_eigen` settings are not honoured
+by every runtime) -- and gives torch N intra-op threads. `--torch-threads` overrides torch's
+count alone (the old option, kept for A/B runs). The JSON line carries the thread counts and,
+per side, process CPU time over wall time during its timed calls (the cores it kept busy).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -33,15 +42,43 @@ CONFIG = dict(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidde
               max_position_embeddings=1024, initializer_range=0.1)
 
 
-def timed(fns, repeats: int) -> list[float]:
-    """Median seconds per call of each already warmed-up callable, their calls interleaved."""
+BUSY: dict = {}  # side name -> [process CPU seconds, wall seconds] over its timed calls
+
+
+def timed(fns, repeats: int, names=None) -> list[float]:
+    """Median seconds per call of each already warmed-up callable, their calls interleaved.
+    With `names`, adds each side's process CPU and wall time to BUSY."""
     times = [[] for _ in fns]
+    names = names or [None] * len(fns)
     for _ in range(repeats):
-        for fn, out in zip(fns, times):
-            start = time.perf_counter()
+        for fn, out, name in zip(fns, times, names):
+            cpu, start = time.process_time(), time.perf_counter()
             fn()
             out.append(time.perf_counter() - start)
+            if name:
+                busy = BUSY.setdefault(name, [0.0, 0.0])
+                busy[0] += time.process_time() - cpu
+                busy[1] += out[-1]
     return [statistics.median(t) for t in times]
+
+
+def cores_busy() -> dict:
+    return {name: round(cpu / wall, 2) for name, (cpu, wall) in BUSY.items() if wall}
+
+
+def set_threads(threads: int, torch_threads: int) -> dict:
+    """Pin this process to `threads` of its cores (0: all of them) before JAX starts, so that
+    XLA:CPU's thread pool has that many, and give torch `torch_threads` intra-op threads (0:
+    the same number). Returns the counts for the JSON line."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads and threads < len(allowed):
+        os.sched_setaffinity(0, allowed[:threads])
+    xla = len(os.sched_getaffinity(0))
+    import torch
+
+    torch.set_num_threads(torch_threads or xla)
+    return {"xla_cores": xla, "torch_intra_op": torch.get_num_threads(),
+            "torch_inter_op": torch.get_num_interop_threads(), "machine_cpus": os.cpu_count()}
 
 
 def bench_jaxtom(path, prompts, gen_len, model=None):
@@ -119,7 +156,8 @@ def bench_smollm2(batches, prompt_len, gen_len, repeats) -> dict:
         run_jax, jax_tokens = bench_jaxtom(None, prompts, gen_len, model=model)
         first_call = time.perf_counter() - start
         run_hf, hf_tokens = bench_transformers(torch_model, prompts, gen_len)
-        t_jax, t_hf = timed([run_jax, run_hf], repeats)
+        t_jax, t_hf = timed([run_jax, run_hf], repeats,
+                            [f"smollm2_{batch}_jaxtom", f"smollm2_{batch}_transformers"])
         new_tokens = batch * gen_len
         rows_equal = float(np.mean(np.all(jax_tokens == hf_tokens, axis=1)))
         out[str(batch)] = {"tokens_per_s": new_tokens / t_jax,
@@ -140,16 +178,18 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--gen-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="cores for both sides: XLA (CPU affinity) and torch intra-op "
+                             "threads (0 = every core this process may use)")
     parser.add_argument("--torch-threads", type=int, default=0,
-                        help="torch intra-op threads (0 = torch's default)")
+                        help="override torch's intra-op threads alone (0 = as --threads)")
     parser.add_argument("--smollm2", action="store_true",
                         help="also decode with the real SmolLM2-135M weights")
     parser.add_argument("--smollm2-batches", default="8,32")
     parser.add_argument("--smollm2-repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    if args.torch_threads:
-        import torch
-        torch.set_num_threads(args.torch_threads)
+    threads = set_threads(args.threads, args.torch_threads)  # before JAX starts
+    print(f"threads: {threads}")
 
     from jaxtom.models.tiny import save_tiny_hf
 
@@ -165,10 +205,12 @@ def main(argv=None) -> dict:
     run_hf, hf_tokens = bench_transformers(torch_model, prompts, args.gen_len)
     run_tunix, tunix_tokens, tunix_missing = bench_tunix(path, prompts, args.gen_len)
     runs = [run_jax, run_hf] + ([run_tunix] if run_tunix else [])
-    t_jax, t_hf, *t_tunix = timed(runs, args.repeats)
+    t_jax, t_hf, *t_tunix = timed(runs, args.repeats,
+                                  ["jaxtom", "transformers", "tunix"][:len(runs)])
     t_tunix = t_tunix[0] if t_tunix else None
 
-    result = {"batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len,
+    result = {"threads": threads,
+              "batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len,
               "tokens_per_s": new_tokens / t_jax,
               "transformers_tokens_per_s": new_tokens / t_hf,
               "speedup_vs_transformers": t_hf / t_jax,
@@ -189,6 +231,8 @@ def main(argv=None) -> dict:
         batches = [int(b) for b in args.smollm2_batches.split(",")]
         result["smollm2"] = bench_smollm2(batches, args.prompt_len, args.gen_len,
                                           args.smollm2_repeats)
+    result["cores_busy"] = cores_busy()
+    print(f"cores busy (process CPU / wall over the timed calls): {result['cores_busy']}")
     print(json.dumps(result))
     return result
 
