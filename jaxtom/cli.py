@@ -16,9 +16,9 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("train", "jaxtom.commands.train", "add_parser"),
     ("eval", "jaxtom.commands.train", "add_eval_parser"),
     ("mindzero", "jaxtom.commands.train", "add_mindzero_parser"),
-    ("plan", "jaxtom.plan", "add_parser"),
-    ("gridworld", "jaxtom.gridworld.cli", "add_parser"),
-    ("generate", "jaxtom.models.cli", "add_parser"),
+    ("plan", "jaxtom.commands.plan", "add_parser"),
+    ("gridworld", "jaxtom.commands.gridworld", "add_parser"),
+    ("generate", "jaxtom.commands.generate", "add_parser"),
 )
 
 

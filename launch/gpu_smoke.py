@@ -439,8 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     prepare_environment()
     if args.plan_only:  # the background plan: the overrides are final already
-        from jaxtom import plan
-        return plan.main([args.config, *args.overrides])
+        from jaxtom.commands import plan as plan_cli
+        return plan_cli.main([args.config, *args.overrides])
     from jaxtom.config import ConfigError
     background, predicted = None, None
     try:

@@ -1,7 +1,8 @@
 """`jaxtom plan`: ahead-of-time memory and FLOPs of a config from its model's config.json.
 
-Successful plans run in a subprocess (`python -m jaxtom.plan`): the command sets the simulated
-device count before JAX starts, which this test process cannot undo once it has started JAX.
+Successful plans run in a subprocess (`python -m jaxtom.commands.plan`): the command sets the
+simulated device count before JAX starts, which this test process cannot undo once it has
+started JAX.
 The figures are checked against what they must equal, not against one machine's output:
 per-device parameter bytes against the shard sizes implied by the rule table, XLA's
 argument buffers against the train state + batch the plan says it holds, the analytic FLOPs
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jaxtom import plan
+from jaxtom.commands import plan as plan_cli
 from jaxtom.config import load_config
 from jaxtom.models.config import load_hf_config
 
@@ -42,9 +44,9 @@ def tiny_dir(tmp_path_factory):
 
 
 def run_plan(config, *args, env=None):
-    """`python -m jaxtom.plan ...` -> (return code, stdout lines, stderr)."""
+    """`python -m jaxtom.commands.plan ...` -> (return code, stdout lines, stderr)."""
     env = {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, **(env or {})}
-    done = subprocess.run([sys.executable, "-m", "jaxtom.plan", config, *map(str, args)],
+    done = subprocess.run([sys.executable, "-m", "jaxtom.commands.plan", config, *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     return done.returncode, done.stdout.strip().splitlines(), done.stderr
 
@@ -170,7 +172,7 @@ def test_update_flops_match_xla_on_one_device(tiny_dir, config, extra):
     (("--headroom", "1.5"), "plan error: --headroom must be a fraction in (0, 1]"),
 ])
 def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
-    assert plan.main([TOY, f"model.path={tiny_dir}", *args]) == 2
+    assert plan_cli.main([TOY, f"model.path={tiny_dir}", *args]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(starts), captured.err
@@ -179,7 +181,7 @@ def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
 
 def test_missing_config_json_is_one_line_exit_2(tmp_path, capsys):
     (tmp_path / "model.safetensors").write_text("")  # weights alone are not enough
-    assert plan.main([TOY, f"model.path={tmp_path}"]) == 2
+    assert plan_cli.main([TOY, f"model.path={tmp_path}"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: model.path: expected a "
                                                    "Hugging Face directory holding config.json")
@@ -228,8 +230,9 @@ def test_qwen3_4b_paper_config_plans_from_config_json_alone(tmp_path):
 def test_replans_in_a_fresh_process_when_jax_already_started(tiny_dir):
     """Inside a process whose JAX already runs on 1 device (a notebook, say), `run` cannot
     add devices, so it plans in a child process with the device count set."""
-    script = ("import jax, sys; assert jax.device_count() == 1; from jaxtom import plan; "
-              f"sys.exit(plan.main([{TOY!r}, 'model.path={tiny_dir}', 'mesh.fsdp=2', "
+    script = ("import jax, sys; assert jax.device_count() == 1; "
+              "from jaxtom.commands import plan as plan_cli; "
+              f"sys.exit(plan_cli.main([{TOY!r}, 'model.path={tiny_dir}', 'mesh.fsdp=2', "
               "'--no-rollout']))")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -243,12 +246,12 @@ def test_largest_term_names_the_biggest_item_and_what_shrinks_it():
     result = {"update": {"xla": {"temporaries": 5 * 2 ** 30},
                          "memory": {"train_state": 7 * 2 ** 30}},
               "rollout": {"xla": {"temporaries": 2 ** 30}, "memory": {"kv_cache": 2 ** 29}}}
-    assert plan.largest_term(result).startswith("train state (7.00 GiB): it shrinks with more "
+    assert plan_cli.largest_term(result).startswith("train state (7.00 GiB): it shrinks with more "
                                                 "fsdp")
     result["update"]["xla"]["temporaries"] = 9 * 2 ** 30
-    assert "raise step.micro_batches" in plan.largest_term(result)
+    assert "raise step.micro_batches" in plan_cli.largest_term(result)
     result["rollout"]["memory"]["kv_cache"] = 10 * 2 ** 30
-    assert plan.largest_term(result).startswith("KV cache (10.00 GiB)")
+    assert plan_cli.largest_term(result).startswith("KV cache (10.00 GiB)")
 
 
 def test_ctom_plan_counts_the_kept_kv_store_for_every_conversation():

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     model = models.from_pretrained(path, dtype=args.dtype, mesh=mesh)
     tokenizer = load_tokenizer(path, args.tokenizer)
     if isinstance(model, models.Qwen3VL):
-        from jaxtom.models.vl_cli import run_vl
+        from jaxtom.commands.generate_vl import run_vl
         return run_vl(args, model, tokenizer)
     if args.image:
         raise SystemExit(f"--image needs a Qwen3-VL model; {path} is a text-only "

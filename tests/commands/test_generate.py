@@ -5,7 +5,7 @@ import json
 
 from tokenizers import Tokenizer, decoders, models as tm, pre_tokenizers, trainers
 
-from jaxtom.models import cli
+from jaxtom.commands import generate as cli
 
 
 def _parser():

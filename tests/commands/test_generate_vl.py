@@ -10,7 +10,8 @@ import torch
 from PIL import Image
 from tokenizers import Tokenizer, decoders, models as tm, pre_tokenizers, trainers
 
-from jaxtom.models import cli, from_pretrained, image_processing
+from jaxtom.commands import generate as cli
+from jaxtom.models import from_pretrained, image_processing
 from jaxtom.models.qwen3_vl import Qwen3VL, prepare_batch
 from jaxtom.models.tiny_vl import save_tiny_vl_hf
 
