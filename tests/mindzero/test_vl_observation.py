@@ -47,5 +47,8 @@ def test_config_selects_and_checks_the_image_observation():
     assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 16
     assert not cfg.step.freeze_vision  # the vision tower trains unless frozen
     assert load_config(path, ["step.freeze_vision=true"]).step.freeze_vision
+    # QA reads pictures too (Table 4a's setting); the closing-count line is the goal task's
+    assert load_config("configs/mindzero_qa_tiny.py",
+                       ["mindzero.data.observation=image"]).mindzero.data.observation == "image"
     with pytest.raises(ConfigError, match="data.observation"):
-        load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=image"])
+        load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=compact_closing"])
