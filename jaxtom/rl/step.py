@@ -388,9 +388,11 @@ class Learner:
         if key not in self._compiled:
             state_sh = self.state_shardings(state)
             rep = NamedSharding(self.mesh, PartitionSpec())
+            def update(s, b):  # named: compile logs and profiles say which program
+                return self._update(s, b, widths)
+
             self._compiled[key] = jax.jit(
-                lambda s, b: self._update(s, b, widths),
-                in_shardings=(state_sh, self.batch_shardings(batch)),
+                update, in_shardings=(state_sh, self.batch_shardings(batch)),
                 out_shardings=(state_sh, rep), donate_argnums=(0,))
         return self._compiled[key]
 
