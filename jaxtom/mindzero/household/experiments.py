@@ -19,7 +19,7 @@ import dataclasses
 from jaxtom.config import Config
 from jaxtom.mindzero.household.config import HouseholdMindZero, HouseholdSpec
 from jaxtom.mindzero.config import DataSpec, EvalSpec, WarmupSpec
-from jaxtom.mindzero.experiments import TINY_MODEL, paper_config
+from jaxtom.mindzero.experiments import TINY_MODEL, paper_config, qa_tiny_config
 from jaxtom.mindzero.reward import RewardConfig
 from jaxtom.rl.step import StepConfig
 from jaxtom.rl.trainer import TrainerConfig
@@ -88,18 +88,13 @@ def household_qa_tiny_config() -> Config:
     questions, each also asked with its options swapped, x 8 one-token answers (lr 3e-4 ->
     3e-5, KL 0.05 to the starting model), rewarded by the planner's likelihood of the person's
     last action under the chosen option (`household.qa.rewards`, no label)."""
-    return Config(
-        model=TINY_MODEL,
-        step=StepConfig(learning_rate=3e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,
-                        max_grad_norm=1.0, total_steps=300, end_lr_ratio=0.1),
-        trainer=TrainerConfig(workdir="runs/mindzero_household_qa_tiny", total_steps=300,
-                              prompts_per_step=8, group_size=8, temperature=1.0,
-                              max_new_tokens=1, row_len=64, eval_every=50,
-                              checkpoint_every=50),
+    base = qa_tiny_config()  # model, optimiser, sampling, warm-up: the gridworld QA default's
+    mz = base.mindzero
+    return dataclasses.replace(
+        base,
+        trainer=dataclasses.replace(base.trainer, workdir="runs/mindzero_household_qa_tiny",
+                                    eval_every=50),
         mindzero=HouseholdMindZero(
             data=DataSpec(max_steps=200, train_episodes=100, eval_episodes=48,
                           observation="compact", task="household_qa", qa_mirror=True),
-            warmup=WarmupSpec(steps=100, batch_size=32, learning_rate=3e-3),
-            reward=RewardConfig(),
-            eval=EvalSpec(assistance=False),
-            household=HouseholdSpec()))
+            warmup=mz.warmup, reward=mz.reward, eval=mz.eval, household=HouseholdSpec()))
