@@ -22,6 +22,8 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 _DTYPES = ("float32", "bfloat16", "float16")
 # What the training forward keeps for the backward pass (see ModelConfig.remat).
 REMAT_MODES = ("auto", "layer", "none")
+# How the training forward attends (see ModelConfig.attention).
+ATTENTION_MODES = ("auto", "dense", "blockwise")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,14 @@ class ModelConfig:
     # unrolled small models, whose steps are latency-bound and only get slower. Numerics
     # are the same in every mode. Not part of config.json.
     remat: str = "auto"
+    # The training forward's attention: "dense" forms each row's [T, T] mask and fp32 scores
+    # (query blocks skip the keys after them); "blockwise" is online-softmax attention over
+    # `attention_block`-token blocks with memory linear in T (`jaxtom.models.blockwise`);
+    # "auto" (default) is dense up to `attention_block` * 4 tokens and blockwise beyond, where
+    # the dense scores dominate memory (short rows stay on the faster dense path). The two
+    # agree to float rounding. Not part of config.json.
+    attention: str = "auto"
+    attention_block: int = 512
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -71,9 +81,21 @@ class ModelConfig:
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"ModelConfig.{name} must be one of {_DTYPES}, "
                                  f"got {getattr(self, name)!r}")
+        if self.attention not in ATTENTION_MODES:
+            raise ValueError(f"ModelConfig.attention must be one of {ATTENTION_MODES}, "
+                             f"got {self.attention!r}")
+        if not isinstance(self.attention_block, int) or self.attention_block <= 0:
+            raise ValueError(f"ModelConfig.attention_block must be a positive int, "
+                             f"got {self.attention_block!r}")
         if self.remat not in REMAT_MODES:
             raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, "
                              f"got {self.remat!r}")
+
+    def blockwise_attention(self, length: int) -> bool:
+        """Whether the training forward of `length`-token rows attends blockwise."""
+        if self.attention == "auto":
+            return length > 4 * self.attention_block
+        return self.attention == "blockwise"
 
     @property
     def architecture(self) -> str:

@@ -16,6 +16,7 @@ activations are kept for the backward pass or recomputed there (`jax.checkpoint`
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -24,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from jaxtom import parallel
+from jaxtom.models import blockwise
 from jaxtom.models.config import ModelConfig
 
 # The full (training / scoring) forward unrolls models up to this many layers and scans deeper
@@ -217,11 +219,12 @@ def causal_attention(q, k, v, mask, cfg: ModelConfig) -> jax.Array:
 
 
 def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
-                  heads_first: bool = False, row_causal: bool = False):
+                  heads_first: bool = False, row_causal: bool = False, attend=None):
     """One block. `kv_write(k, v)` stores the new keys/values and returns (keys, values, mask);
     `heads_first` says the keys/values it returns are [B,K,S,hd] rather than [B,S,K,hd];
     `row_causal` that the mask lets no query see a key after it in the row (the training
-    forward's), so attention skips those blocks (`causal_attention`)."""
+    forward's), so attention skips those blocks (`causal_attention`); `attend(q, keys,
+    values)`, when given, attends instead of the dense paths (it knows its own mask)."""
     B, T, _ = h.shape
     x = rms_norm(h, p["input_layernorm"], cfg.rms_norm_eps)
     q = _linear(p, "q_proj", x, lora_scale).reshape(B, T, cfg.num_heads, cfg.head_dim)
@@ -232,8 +235,12 @@ def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys, values, mask = kv_write(k, v)
-    attn = (causal_attention(q, keys, values, mask, cfg) if row_causal and not heads_first
-            else attention(q, keys, values, mask, cfg, heads_first))
+    if attend is not None:
+        attn = attend(q, keys, values)
+    elif row_causal and not heads_first:
+        attn = causal_attention(q, keys, values, mask, cfg)
+    else:
+        attn = attention(q, keys, values, mask, cfg, heads_first)
     h = h + _linear(p, "o_proj", attn, lora_scale)
     x = rms_norm(h, p["post_attention_layernorm"], cfg.rms_norm_eps)
     gate = jax.nn.silu(_linear(p, "gate_proj", x, lora_scale))
@@ -319,21 +326,21 @@ class Decoder(nnx.Module):
         cfg = self.config
         input_ids, positions = token_inputs(input_ids, positions)
         cos, sin = self._rope(positions)
-        T = input_ids.shape[1]
-        mask = (positions[:, None, :] <= positions[:, :, None]) & jnp.tril(jnp.ones((T, T), bool))
-        if segment_ids is not None:
-            same = segment_ids[:, None, :] == segment_ids[:, :, None]
-            if parent_ids is not None:
-                same = same | (segment_ids[:, None, :] == parent_ids[:, :, None])
-            mask = mask & same
-        elif parent_ids is not None:
+        if parent_ids is not None and segment_ids is None:
             raise ValueError("parent_ids need segment_ids: they name a segment to read")
+        meta = blockwise.token_meta(positions, segment_ids, parent_ids)
+        if cfg.blockwise_attention(input_ids.shape[1]):
+            mask = None  # never formed: each block pair's mask is rebuilt from `meta`
+            attend = functools.partial(blockwise.blockwise_attention, meta=meta,
+                                       num_kv_heads=cfg.num_kv_heads, block=cfg.attention_block)
+        else:
+            mask, attend = blockwise.visible(meta, meta), None
         lora_scale = dict(self.layers.lora_scale)
         scanned = cfg.num_layers > UNROLL_MAX_LAYERS
 
         def block(h, p):
             h = layer_forward(p, h, cos, sin, cfg, lora_scale, lambda k, v: (k, v, mask),
-                              row_causal=True)
+                              row_causal=True, attend=attend)
             return constrain(h, HIDDEN_AXES, mesh, rules)
 
         if uses_remat(cfg):
