@@ -52,9 +52,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jaxtom.plan import xla_memory  # noqa: E402  (the figure `jaxtom plan` reports)
 
+try:
+    from benchmarks import parity  # noqa: E402
+except ImportError:  # run as a script from benchmarks/
+    import parity  # noqa: E402
+ROPE_THETA = parity.ROPE_THETA
+
+# rope_theta 1e6: what tunix's Qwen3 computes with whatever its config says (parity.py)
 TINY = dict(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-            max_position_embeddings=1024, initializer_range=0.05)
+            max_position_embeddings=1024, initializer_range=0.05, rope_theta=ROPE_THETA)
 QWEN3_VOCAB = dict(TINY, vocab_size=151_936, hidden_size=64, intermediate_size=192,
                    num_hidden_layers=2, head_dim=16, tie_word_embeddings=True)
 BATCH, PROMPT, COMPLETION = 8, 32, 64
@@ -154,7 +161,7 @@ def run_jaxtom(path, batch):
         jax.block_until_ready(metrics)
         return float(metrics["loss_grpo"])
 
-    return step, xla_memory(compiled), step()  # the first call is also the warm-up
+    return step, with_flops(compiled), step()  # the first call is also the warm-up
 
 
 def run_tunix(path, data, group=2):
@@ -165,19 +172,8 @@ def run_tunix(path, data, group=2):
     from flax import nnx
     from tunix.rl import algo_core
     from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
-    from tunix.models.qwen3 import model as qwen3_model
-    from tunix.models.qwen3 import params as qwen3_params
 
-    hf = json.loads((Path(path) / "config.json").read_text())
-    rope = hf.get("rope_parameters") or {}
-    cfg = qwen3_model.ModelConfig(
-        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
-        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
-        num_kv_heads=hf["num_key_value_heads"],
-        rope_theta=int(rope.get("rope_theta", hf.get("rope_theta", 10000))),
-        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
-    model = qwen3_params.create_model_from_safe_tensors(str(path), cfg)
+    model, _ = parity.tunix_qwen3(path)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-6, weight_decay=0.01))
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     algo = GRPOConfig(beta=0.01, epsilon=0.2, num_generations=group,
@@ -186,8 +182,9 @@ def run_tunix(path, data, group=2):
     if not hasattr(algo, "temperature"):  # set from the rollout config inside GRPOLearner
         algo.temperature = 1.0
     prompt, completion, adv, ref = data[:4]
-    lengths = data[4] if len(data) > 4 else np.full(BATCH, COMPLETION)
-    live = (np.arange(COMPLETION)[None, :] < lengths[:, None]).astype(np.int32)
+    width = completion.shape[1]
+    lengths = data[4] if len(data) > 4 else np.full(len(completion), width)
+    live = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32)
     example = TrainExample(
         prompt_ids=jnp.asarray(prompt), prompt_mask=jnp.ones_like(prompt, dtype=bool),
         completion_ids=jnp.asarray(completion), completion_mask=jnp.asarray(live),
@@ -214,7 +211,15 @@ def run_tunix(path, data, group=2):
         jax.block_until_ready(value)
         return float(value)
 
-    return step, xla_memory(compiled), step()
+    return step, with_flops(compiled), step()
+
+
+def with_flops(compiled) -> dict:
+    """XLA's memory analysis of a compiled step plus its FLOP count (`flops`; XLA counts a
+    loop's body once, and these programs have no loops at the benchmarked sizes)."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+    return dict(xla_memory(compiled), flops=float(cost.get("flops", float("nan"))))
 
 
 _CHECKPOINTS: dict = {}
@@ -247,7 +252,25 @@ def side_by_side(sizes, group, repeats, with_tunix, prompt_len=PROMPT, seed=0):
         runs += [lambda: run_tunix(path, data, group)] if with_tunix else []
     steps, memory, losses = zip(*[run() for run in runs])
     seconds = timed(steps, repeats)
-    return list(zip(seconds, memory, losses))
+    return list(zip(seconds, memory, losses)), same_model(path) if with_tunix else None
+
+
+_PARITY: dict = {}
+
+
+def same_model(path) -> dict:
+    """Teacher-forced float32 log-probs and gradient norm of jaxtom and tunix on one
+    checkpoint (once per checkpoint), checked to agree (`parity.check`)."""
+    if str(path) not in _PARITY:
+        from jaxtom import models
+        tokens = np.random.default_rng(7).integers(
+            1, json.loads((Path(path) / "config.json").read_text())["vocab_size"], (4, 96))
+        figures = parity.compare(parity.jaxtom_side(models.from_pretrained(path), tokens),
+                                 parity.tunix_side(parity.tunix_qwen3(path)[0], tokens),
+                                 "tunix")
+        parity.check(figures, "tunix")
+        _PARITY[str(path)] = figures
+    return _PARITY[str(path)]
 
 
 def main():
@@ -285,7 +308,7 @@ def main():
         paper_shapes.append(("tiny_ctom_shape", TINY, 4, args.conversation, args.repeats))
     cases += paper_shapes
     for name, sizes, group, prompt_len, repeats in cases:
-        sides = side_by_side(sizes, group, repeats, with_tunix, prompt_len, args.seed)
+        sides, same = side_by_side(sizes, group, repeats, with_tunix, prompt_len, args.seed)
         shape = (f"{BATCH} x {PROMPT}+{COMPLETION}" if group is None else
                  f"{BATCH} samples in groups of {group} sharing a prompt, {prompt_len}-token "
                  f"prompts, completions of 8..{COMPLETION} tokens")
@@ -305,11 +328,15 @@ def main():
             result[f"{name}_memory_ratio_vs_tunix"] = tm["peak"] / jm["peak"]
             # the same objective on the same weights and samples: the first losses agree
             result[f"{name}_loss_rel_diff"] = abs(jl - tl) / max(abs(tl), 1e-12)
+            for key, value in same.items():
+                result[f"{name}_{key}"] = value
             print(f"  jaxtom: {ts / js:.2f}x tunix's speed, {tm['peak'] / jm['peak']:.2f}x less "
                   f"peak memory; first losses differ by {result[f'{name}_loss_rel_diff']:.1e} "
                   f"(relative)")
     result["load_average_after"] = os.getloadavg()[0]
     if with_tunix:
+        result["logprob_max_abs_diff"] = max(v["logprob_max_abs_diff"] for v in _PARITY.values())
+        result["grad_norm_rel_diff"] = max(v["grad_norm_rel_diff"] for v in _PARITY.values())
         result["dense_speedup_vs_tunix"] = result["tiny_speedup_vs_tunix"]
         result["memory_ratio_vs_tunix"] = result["qwen3_vocab_memory_ratio_vs_tunix"]  # >= 3
         for name, _, group, prompt_len, _ in cases[2:]:

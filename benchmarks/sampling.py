@@ -37,9 +37,18 @@ import time
 
 import numpy as np
 
+# rope_theta 1e6: what tunix's Qwen3 computes with whatever its config says (parity.py)
 CONFIG = dict(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
               num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-              max_position_embeddings=1024, initializer_range=0.1)
+              max_position_embeddings=1024, initializer_range=0.1, rope_theta=1e6)
+
+
+def parity_module():
+    try:
+        from benchmarks import parity
+    except ImportError:  # run as a script from benchmarks/
+        import parity
+    return parity
 
 
 BUSY: dict = {}  # side name -> [process CPU seconds, wall seconds] over its timed calls
@@ -160,6 +169,13 @@ def bench_smollm2(batches, prompt_len, gen_len, repeats) -> dict:
                             [f"smollm2_{batch}_jaxtom", f"smollm2_{batch}_transformers"])
         new_tokens = batch * gen_len
         rows_equal = float(np.mean(np.all(jax_tokens == hf_tokens, axis=1)))
+        if "parity" not in out:
+            parity = parity_module()
+            same = parity.compare(parity.jaxtom_side(model, prompts[:4]),
+                                  parity.transformers_side(torch_model, prompts[:4]),
+                                  "transformers")
+            parity.check(same, "transformers (SmolLM2)")
+            out["parity"] = same
         out[str(batch)] = {"tokens_per_s": new_tokens / t_jax,
                            "transformers_tokens_per_s": new_tokens / t_hf,
                            "speedup_vs_transformers": t_hf / t_jax,
@@ -191,6 +207,7 @@ def main(argv=None) -> dict:
     threads = set_threads(args.threads, args.torch_threads)  # before JAX starts
     print(f"threads: {threads}")
 
+    from jaxtom import models
     from jaxtom.models.tiny import save_tiny_hf
 
     path = tempfile.mkdtemp(prefix="bench-qwen3-")
@@ -208,8 +225,19 @@ def main(argv=None) -> dict:
     t_jax, t_hf, *t_tunix = timed(runs, args.repeats,
                                   ["jaxtom", "transformers", "tunix"][:len(runs)])
     t_tunix = t_tunix[0] if t_tunix else None
+    parity = parity_module()
+    tokens = np.random.default_rng(7).integers(1, CONFIG["vocab_size"], (4, 96))
+    ours = parity.jaxtom_side(models.from_pretrained(path), tokens)
+    same = {"transformers": parity.compare(ours, parity.transformers_side(torch_model, tokens),
+                                           "transformers")}
+    if t_tunix is not None:
+        same["tunix"] = parity.compare(ours, parity.tunix_side(parity.tunix_qwen3(path)[0],
+                                                               tokens), "tunix")
+    for peer, figures in same.items():
+        parity.check(figures, peer)
 
-    result = {"threads": threads,
+    result = {"threads": threads, "parity": same,
+              "logprob_max_abs_diff": max(f["logprob_max_abs_diff"] for f in same.values()),
               "batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len,
               "tokens_per_s": new_tokens / t_jax,
               "transformers_tokens_per_s": new_tokens / t_hf,

@@ -6,9 +6,6 @@ trivial tokenizer; the model weights are read by tunix's own safetensors loader.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 
@@ -34,19 +31,12 @@ class IdTokenizer:
 def tunix_greedy(path, prompts, gen_len):
     """A zero-argument callable running tunix greedy decoding; returns [batch, gen_len]."""
     from tunix.generate.sampler import CacheConfig, Sampler
-    from tunix.models.qwen3 import model as qwen3_model
-    from tunix.models.qwen3 import params as qwen3_params
 
-    hf = json.loads((Path(path) / "config.json").read_text())
-    rope = hf.get("rope_parameters") or {}
-    cfg = qwen3_model.ModelConfig(
-        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
-        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
-        num_kv_heads=hf["num_key_value_heads"],
-        rope_theta=int(rope.get("rope_theta", hf.get("rope_theta", 10000))),
-        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
-    model = qwen3_params.create_model_from_safe_tensors(str(path), cfg)
+    try:
+        from benchmarks.parity import tunix_qwen3
+    except ImportError:  # run as a script from benchmarks/
+        from parity import tunix_qwen3
+    model, cfg = tunix_qwen3(path)
     prompt_len = max(map(len, prompts))
     sampler = Sampler(model, IdTokenizer(), CacheConfig(
         cache_size=prompt_len + gen_len + 8, num_layers=cfg.num_layers,

@@ -227,6 +227,19 @@ def test_qwen3_4b_paper_config_plans_from_config_json_alone(tmp_path):
     assert result["seconds"] < 600
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["coding", "math", "writing"])
+def test_ctom_paper_configs_fit_an_h100_and_a_v5p_on_8_devices(domain):
+    """The CToM paper configs (Qwen3-8B, 16,384-token rows) from config.json alone, rollout
+    included: long prefills attend blockwise, so a sampler call's prefill no longer forms
+    rows x 16k x 20k scores (1.6 TB per device before)."""
+    config = str(ROOT / "configs" / f"ctom_{domain}_qwen3_8b.py")
+    result = plan_json(config, "--devices", 8,
+                       env={"JAXTOM_MODELS": str(QWEN3_4B_DIR.parent)})
+    assert result["update"]["row_len"] == 16384
+    assert result["fits"]["H100-80GB"] and result["fits"]["v5p-95GB"], result["fits"]
+
+
 def test_replans_in_a_fresh_process_when_jax_already_started(tiny_dir):
     """Inside a process whose JAX already runs on 1 device (a notebook, say), `run` cannot
     add devices, so it plans in a child process with the device count set."""

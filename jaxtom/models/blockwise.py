@@ -186,30 +186,47 @@ def _attend_bwd(scale, res, dout):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def blockwise_attention(q, k, v, meta: TokenMeta, num_kv_heads: int, block: int = 512):
-    """q [B,T,H,hd], k/v [B,T,K,hd] -> [B,T,H*hd] in q's dtype, under `visible`'s mask.
+def _pad_meta(meta: TokenMeta, n: int, size: int) -> TokenMeta:
+    """Pads [B, T] metadata to n*size tokens; padding sits past every real token in the row
+    (index n*size), so no real query sees a padding key."""
+    pad = n * size - meta.index.shape[1]
+    if not pad:
+        return meta
+    widths = [(0, 0), (0, pad)]
+    return TokenMeta(jnp.pad(meta.index, widths, constant_values=n * size),
+                     *(jnp.pad(x, widths) for x in meta[1:]))
 
-    `block` tokens per query and key block (the row is padded to a multiple; padding keys are
-    never visible, padding queries are dropped)."""
-    B, T, H, hd = q.shape
-    K = num_kv_heads
-    if k.shape[:2] != (B, T) or v.shape != k.shape or k.shape[2] != K or H % K:
+
+def _pad_seq(x, n: int, size: int):
+    pad = n * size - x.shape[1]
+    return jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) if pad else x
+
+
+def blockwise_attention(q, k, v, meta: TokenMeta, num_kv_heads: int, block: int = 512,
+                        key_meta: TokenMeta | None = None):
+    """q [B,Tq,H,hd], k/v [B,Tk,K,hd] -> [B,Tq,H*hd] in q's dtype, under `visible`'s mask.
+
+    `meta` describes the queries and, unless `key_meta` is given, the keys too (a training
+    row attending to itself); a prefill attending to a KV cache passes the cache slots'
+    `key_meta`. `block` tokens per query and key block (the row is padded to a multiple;
+    padding keys are never visible, padding queries are dropped)."""
+    B, Tq, H, hd = q.shape
+    Tk, K = k.shape[1], num_kv_heads
+    key_meta = meta if key_meta is None else key_meta
+    if k.shape[0] != B or v.shape != k.shape or k.shape[2] != K or H % K:
         raise ValueError(f"blockwise_attention: q {q.shape} and k/v {k.shape}, {v.shape} must "
-                         f"share [batch, seq] with {K} kv heads dividing {H} query heads")
+                         f"share the batch, with {K} kv heads dividing {H} query heads")
+    if meta.index.shape != (B, Tq) or key_meta.index.shape != (B, Tk):
+        raise ValueError(f"blockwise_attention: metadata {meta.index.shape} / "
+                         f"{key_meta.index.shape} must be [batch, seq] of the queries / keys")
     if block <= 0:
         raise ValueError(f"blockwise_attention: block must be positive, got {block}")
-    size = min(block, T)
-    n = -(-T // size)
-    pad = n * size - T
-    if pad:
-        widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)  # noqa: E731
-        q, k, v = (jnp.pad(x, widths(x)) for x in (q, k, v))
-        # padding sits past every real token in the row (index >= T): no real query sees it
-        meta = TokenMeta(jnp.pad(meta.index, widths(meta.index), constant_values=n * size),
-                         *(jnp.pad(x, widths(x)) for x in meta[1:]))
-    qb = _blocks(q.reshape(B, n * size, K, H // K, hd), n, size)
-    kb, vb = _blocks(k, n, size), _blocks(v, n, size)
-    mb = TokenMeta(*(_blocks(x, n, size) for x in meta))
-    out = _attend(qb, kb, vb, (mb, mb), hd ** -0.5)  # [n,B,K,G,bq,hd]
-    out = _unblocks(jnp.transpose(out, (0, 1, 4, 2, 3, 5)))  # [B, n*size, K, G, hd]
-    return out[:, :T].reshape(B, T, H * hd).astype(q.dtype)
+    qsize, ksize = min(block, Tq), min(block, Tk)
+    nq, nk = -(-Tq // qsize), -(-Tk // ksize)
+    qb = _blocks(_pad_seq(q, nq, qsize).reshape(B, nq * qsize, K, H // K, hd), nq, qsize)
+    kb, vb = (_blocks(_pad_seq(x, nk, ksize), nk, ksize) for x in (k, v))
+    qm = TokenMeta(*(_blocks(x, nq, qsize) for x in _pad_meta(meta, nq, qsize)))
+    km = TokenMeta(*(_blocks(x, nk, ksize) for x in _pad_meta(key_meta, nk, ksize)))
+    out = _attend(qb, kb, vb, (qm, km), hd ** -0.5)  # [nq,B,K,G,bq,hd]
+    out = _unblocks(jnp.transpose(out, (0, 1, 4, 2, 3, 5)))  # [B, nq*qsize, K, G, hd]
+    return out[:, :Tq].reshape(B, Tq, H * hd).astype(q.dtype)

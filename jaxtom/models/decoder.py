@@ -382,6 +382,7 @@ class Decoder(nnx.Module):
         positions = starts[:, None] + jnp.arange(T)[None, :]
         cos, sin = self._rope(positions)
         mask = jnp.arange(S)[None, None, :] <= positions[:, :, None]
+        attend = self._cache_attend(positions, S) if cfg.blockwise_attention(T) else None
         lora_scale = dict(self.layers.lora_scale)
 
         def body(carry, xs):
@@ -394,7 +395,8 @@ class Decoder(nnx.Module):
                 kv_write.out = (lk, lv)
                 return lk.astype(k.dtype), lv.astype(v.dtype), mask
 
-            h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write, heads_first=True)
+            h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write, heads_first=True,
+                              attend=attend)
             lk, lv = kv_write.out
             ck = jax.lax.dynamic_update_index_in_dim(ck, lk, i, 0)
             cv = jax.lax.dynamic_update_index_in_dim(cv, lv, i, 0)
@@ -405,6 +407,25 @@ class Decoder(nnx.Module):
         if last is not None:
             h = jnp.take_along_axis(h, jnp.asarray(last)[:, None, None], axis=1)
         return self._logits(h), KVCache(ck, cv)
+
+    def _cache_attend(self, positions, slots: int):
+        """Blockwise attention of a long prefill's queries (at `positions`) over the cache's
+        slots: each query sees the slots at or before its position (the dense mask above),
+        so prefill memory does not grow with rows x prompt x cache slots."""
+        cfg = self.config
+        zeros = jnp.zeros_like(positions)
+        queries = blockwise.TokenMeta(positions, positions, zeros, zeros)
+        index = jnp.broadcast_to(jnp.arange(slots, dtype=positions.dtype),
+                                 (positions.shape[0], slots))
+        none = jnp.zeros_like(index)
+        keys = blockwise.TokenMeta(index, index, none, none)
+
+        def attend(q, k, v):  # k/v: the cache's [B, K, S, hd]
+            return blockwise.blockwise_attention(
+                q, jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), queries, cfg.num_kv_heads,
+                cfg.attention_block, key_meta=keys)
+
+        return attend
 
     def forward_layers_cached(self, tokens, keys, values, starts, layers):
         """`forward_cached` on per-layer caches and weights: (logits, keys, values).

@@ -80,7 +80,7 @@ def test_decoder_blockwise_equals_dense_on_packed_rows():
 
 def test_auto_switches_to_blockwise_only_for_long_rows():
     cfg = CFG.replace(attention_block=64)
-    assert not cfg.blockwise_attention(256) and cfg.blockwise_attention(257)
+    assert not cfg.blockwise_attention(512) and cfg.blockwise_attention(513)
     assert cfg.replace(attention="blockwise").blockwise_attention(8)
     assert not cfg.replace(attention="dense").blockwise_attention(10**6)
     with pytest.raises(ValueError, match="attention must be one of"):
@@ -127,3 +127,22 @@ def test_no_square_array_and_linear_training_memory():
     assert temps["blockwise", 4096] < 6 * temps["blockwise", 1024]
     assert temps["dense", 4096] > 10 * temps["dense", 1024]
     assert temps["blockwise", 4096] * 8 < temps["dense", 4096]
+
+
+def test_long_prefill_attends_blockwise_and_equals_dense():
+    """A prefill longer than the block attends over the cache's slots blockwise; logits and
+    the cache it writes equal the dense path's, with rows written at different starts."""
+    from jaxtom.models.decoder import KVCache
+    T, S = 70, 112
+    tokens = jax.random.randint(jax.random.key(2), (2, T), 1, CFG.vocab_size)
+    starts = jnp.array([0, 30])
+
+    def run(mode):
+        model = init_decoder(CFG.replace(attention=mode, attention_block=16), seed=4)
+        return model.forward_cached(tokens, KVCache.zeros(model.config, 2, S), starts)
+
+    (lb, cb), (ld, cd) = run("blockwise"), run("dense")
+    red, depth = decoder_reduction(CFG, S), decoder_depth(CFG)
+    assert_close(lb, ld, reduction=red, depth=depth)
+    assert_close(cb.k, cd.k, reduction=red, depth=depth)
+    assert CFG.replace(attention_block=16).blockwise_attention(T)
