@@ -396,9 +396,10 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     cache).
 
     The sampler runs SPMD over the run's global mesh on any number of processes, with the
-    training params exactly as they are resident (same dtype, same sharding): its weights
-    are the train state's own buffers, and what it adds is the KV cache (sharded by
-    `sampling.cache_sharding`) and each program's XLA temporaries.
+    training params as they are sharded, in the compute dtype (`Learner.sampling_model`: a
+    copy when that differs from the parameter dtype, else the train state's own buffers);
+    it adds the KV cache (sharded by `sampling.cache_sharding`) and each program's XLA
+    temporaries.
     """
 
     import jax
@@ -406,12 +407,18 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     from flax import nnx
 
     from jaxtom import parallel, sampling
-    from jaxtom.models.decoder import KVCache
+    from jaxtom.models.decoder import KVCache, sampling_params
 
     t = config.trainer
     _, model = _abstract_model(config, mcfg)
     graphdef, params = nnx.split(model)
     params = _with_shardings(params, parallel.state_shardings(params, mesh))
+    # the sampler reads its weights in the compute dtype (`Learner.sampling_model`): a copy
+    # of its own when that differs from the parameter dtype, else the train state's buffers
+    copy = sampling_params(params, mcfg) is not params
+    if copy:
+        params = jax.eval_shape(lambda p: sampling_params(p, mcfg), params)
+        params = _with_shardings(params, parallel.state_shardings(params, mesh))
     shapes = rollout_shapes(config, mcfg, mesh, processes)
     B, T, S = shapes["batch"], shapes["prompt_len"], shapes["cache_len"]
     buffer_len = shapes["buffer_len"]
@@ -481,8 +488,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
             "processes": processes, "rows_per_process": -(-shapes["rows"] // processes),
             "rows_per_device": B // (mesh.shape["data"] * mesh.shape["fsdp"]),
             "memory": {"kv_cache": device_bytes(cache), "model_state": device_bytes(params),
-                       # the sampler reads the train state's own params: no copy
-                       "sampler_weights_extra": 0},
+                       "sampler_weights_extra": device_bytes(params) if copy else 0},
             "xla": xla[worst], "programs": xla, "peak_program": worst,
             "flops": inference_flops(mcfg.num_params(),
                                      t.prompts_per_step * t.group_size * (T + t.max_new_tokens)),
@@ -502,10 +508,13 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
       and the step counter and RNG key (`counters`). The generic and CToM trainers drop the
       loaded model then; MindZero's entry points keep it for the run (`start_model`: its
       trained params, which `init_state` copied).
-    - `rollout`: the train state while a sampler call's results are alive: the sampler runs
-      on the train state's own params (`sampler_weights` extra: 0) and adds its KV cache.
+    - `rollout`: the train state while a sampler call's results are alive, the sampler's
+      weights (`sampler_weights`: a compute-dtype copy when the compute dtype differs from
+      the parameter dtype, `Learner.sampling_model`; else the train state's own, 0 extra)
+      and its KV cache.
     - `update`: the train state after an update, with the rollout batch it was given.
     """
+    import jax.numpy as jnp
     from flax import nnx
 
     from jaxtom import parallel
@@ -528,7 +537,13 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
         # its trained params are its own arrays (init_state copies them), its frozen ones
         # are shared with the state
         train["start_model"] = train["params"]
-    rollout = {**train, "sampler_weights": 0, "kv_cache": device_bytes(cache)}
+    text = text_config(mcfg)
+    if text is mcfg and text.compute_dtype != text.param_dtype:  # `Learner.sampling_model`
+        sampler = (train["params"] + train["frozen_params"]) * (
+            jnp.dtype(text.compute_dtype).itemsize / jnp.dtype(text.param_dtype).itemsize)
+    else:
+        sampler = 0
+    rollout = {**train, "sampler_weights": int(sampler), "kv_cache": device_bytes(cache)}
     store = kept_store_bytes(config, text_config(mcfg), mesh, shapes["cache_len"])
     if store:
         rollout["kept_kv_store"] = store
@@ -605,8 +620,9 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         r = plan_rollout(config, text, mesh, processes)
         # while sampling, the whole train state stays resident and the sampler's weights are
         # its own buffers (arguments of the sampler's programs, so counted once)
-        r["peak_with_train_state"] = (update["memory"]["train_state"] + kept
-                                      - r["memory"]["model_state"] + r["xla"]["peak"])
+        shared = r["memory"]["model_state"] - r["memory"]["sampler_weights_extra"]
+        r["peak_with_train_state"] = (update["memory"]["train_state"] + kept - shared
+                                      + r["xla"]["peak"])
         store = out["resident"]["rollout"].get("kept_kv_store", 0)
         if store:
             # CToM's kept store lives beside every sampler call; growing it copies it, so

@@ -108,13 +108,14 @@ if args["rollout"]:
     rng = np.random.default_rng(0)
     prompt_len = t.row_len - t.max_new_tokens
     prompts = rng.integers(8, cfg.vocab_size, (rows, prompt_len)).tolist()
-    result = sampling.generate(learner.model(state), prompts, max_new_tokens=t.max_new_tokens,
+    sampler = learner.sampling_model(state)  # what the trainer's rollouts sample from
+    result = sampling.generate(sampler, prompts, max_new_tokens=t.max_new_tokens,
                                temperature=1.0, key=jax.random.key(0), stop_at_eos=False)
     sampling.programs = programs
     measured["rollout"] = live()
     measured["rollout_inside"] = {d: max(m[d] for m in inside) for d in inside[0]}
     terms["rollout"] = {"kv_cache": tree_bytes(result.state.cache)}
-    del result
+    del result, sampler
     gc.collect()
 
 if args["update"]:
@@ -182,9 +183,12 @@ COMMON = ["mesh.fsdp=8", "step.kl_coef=0.01", "trainer.prompts_per_step=4",
           "step.micro_batches=1", "step.ppo_mini_batches=1"]
 
 
-def test_live_bytes_after_loading_and_init_state_and_rollout_match_the_plan(tmp_path):
-    """The cheap version: no update step (its compile is the slow part)."""
-    out = run(tmp_path, COMMON, update=False)
+@pytest.mark.parametrize("compute", ["float32", "bfloat16"])
+def test_live_bytes_after_loading_and_init_state_and_rollout_match_the_plan(tmp_path, compute):
+    """The cheap version: no update step (its compile is the slow part). With bfloat16
+    compute the sampler reads a bfloat16 copy of the weights (`Learner.sampling_model`),
+    which the plan counts as `sampler_weights`."""
+    out = run(tmp_path, COMMON + [f"model.compute_dtype={compute}"], update=False)
     for point in ("loaded", "init_state", "rollout"):
         check(out, point)
     check(out, "rollout_inside", "rollout")
@@ -197,7 +201,10 @@ def test_live_bytes_after_loading_and_init_state_and_rollout_match_the_plan(tmp_
     assert p["init_state"]["reference_params"] == p["init_state"]["params"] == \
         p["loaded"]["params"]
     assert 2 * p["init_state"]["params"] <= p["init_state"]["optimizer_state"]
-    assert p["rollout"]["kv_cache"] > 0 and p["rollout"]["sampler_weights"] == 0
+    assert p["rollout"]["kv_cache"] > 0
+    # float32 master weights: none extra for float32 compute, a half-size copy for bfloat16
+    expected = 0 if compute == "float32" else p["init_state"]["params"] // 2
+    assert p["rollout"]["sampler_weights"] == expected
 
 
 @pytest.mark.slow  # compiles the update on 8 simulated devices

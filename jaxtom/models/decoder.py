@@ -453,6 +453,21 @@ class Decoder(nnx.Module):
         return self._logits(h), keys, values
 
 
+def sampling_params(params, cfg):
+    """The parameters a sampler reads: every floating array cast once to the compute dtype
+    when it differs from the parameter dtype (a text decoder's forward casts each weight to
+    the compute dtype where it uses it, so a rollout need not read float32 master weights
+    at every decode step: half the bytes per step for bfloat16). XLA may keep excess
+    precision in the per-use casts, so tokens can differ from sampling the float32 weights
+    in the last bits; the update scores its own log-probs, so the objective does not see it.
+    Other configs (Qwen3-VL's, float32 compute) get `params` back unchanged."""
+    if not isinstance(cfg, ModelConfig) or cfg.compute_dtype == cfg.param_dtype:
+        return params
+    compute = jnp.dtype(cfg.compute_dtype)
+    return jax.tree.map(
+        lambda x: x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
+
+
 def init_decoder(cfg: ModelConfig, seed: int = 0, mesh=None) -> Decoder:
     """A randomly initialised decoder (tests, benchmarks, training from scratch), created
     sharded over `mesh` when given."""

@@ -40,7 +40,8 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
-from jaxtom.models.decoder import Decoder
+from jaxtom.models.config import ModelConfig
+from jaxtom.models.decoder import Decoder, sampling_params
 from jaxtom.rl import logprobs, losses
 from jaxtom.rl.batch import Batch, merge_rows, pad_rows_to, split_rows, update_rows
 from jaxtom.rl.gradients import combine_gradients, compensated_add, global_norm
@@ -364,6 +365,16 @@ class Learner:
 
     def model(self, state: TrainState) -> Decoder:
         return nnx.merge(self.graphdef, state.params, state.frozen)
+
+    def sampling_model(self, state: TrainState) -> Decoder:
+        """The model rollouts sample from: `model(state)` with its weights in the compute
+        dtype (`decoder.sampling_params`; the same model when the dtypes agree)."""
+        model = self.model(state)
+        cfg = model.config
+        if not isinstance(cfg, ModelConfig) or cfg.compute_dtype == cfg.param_dtype:
+            return model
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        return nnx.merge(graphdef, sampling_params(params, cfg), rest)
 
     # ---- the update --------------------------------------------------------------------
     def update(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:

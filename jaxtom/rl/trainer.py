@@ -328,7 +328,7 @@ class Trainer:
         # process's copy, so rollouts run on local devices only
         rng = np.asarray(state.rng.addressable_data(0))
         key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
-        rollout = self.rollout_fn(self.learner.model(state), tasks, key, step)
+        rollout = self.rollout_fn(self.learner.sampling_model(state), tasks, key, step)
         batch = pack_rollout(rollout, self.cfg)
         own_rows = rollout.batch is not None and not rollout.batch_is_global
         put = self.learner.put_batch if own_rows else self.learner.put_global_batch

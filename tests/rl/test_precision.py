@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxtom import rl
 from jaxtom.models import init_decoder
@@ -115,3 +116,24 @@ def test_compensated_add_accumulates_small_steps():
     np.testing.assert_allclose(total, x0 + n * 1e-6, rtol=0, atol=float(
         n * 2.0 ** -17 * np.abs(x0).max() + 1e-9))
     assert np.mean(np.asarray(kahan, np.float64) != x0) > 0.5  # the weights themselves moved
+
+
+def test_rollouts_sample_from_compute_dtype_weights(runs):
+    """Mixed precision: the sampler reads a bfloat16 copy of the float32 master weights
+    (`Learner.sampling_model`); its logits agree with the master model's to bfloat16
+    rounding, the master weights stay float32, and a float32 run samples its own weights."""
+    learner, _, state, _ = runs["mixed"]
+    sampler = learner.sampling_model(state)
+    dtypes = {x.dtype for x in jax.tree.leaves(nnx.state(sampler, nnx.Param))}
+    assert dtypes == {jnp.dtype(jnp.bfloat16)}
+    assert {x.dtype for x in jax.tree.leaves(state.params)} == {jnp.dtype(jnp.float32)}
+    tokens = jnp.asarray(np.random.default_rng(0).integers(1, TINY.vocab_size, (2, 16)))
+    master, copy = learner.model(state)(tokens), sampler(tokens)
+    scale = float(jnp.max(jnp.abs(master)))
+    # bf16 compute either way; only the weights' rounding point differs (2^-8 relative)
+    assert float(jnp.max(jnp.abs(master - copy))) <= 2.0 ** -8 * scale * decoder_depth(TINY)
+    fp32_learner, _, fp32_state, _ = runs["fp32"]
+    same = fp32_learner.sampling_model(fp32_state)
+    assert all(a is b for a, b in zip(jax.tree.leaves(nnx.state(same, nnx.Param)),
+                                      jax.tree.leaves(nnx.state(
+                                          fp32_learner.model(fp32_state), nnx.Param))))
