@@ -570,17 +570,23 @@ class Learner:
         has_signal = (n_policy > 0) | (n_targets > 0) | ((n_decision > 0) &
                                                           (cfg.lambda_entropy != 0))
         apply = has_signal & jnp.isfinite(grad_norm)
-        adam_state, comp = opt_state if cfg.compensated_updates else (opt_state, None)
-        direction, new_opt = self.tx.update(_as_float32(combined), adam_state, params)
-        delta = jax.tree.map(lambda d: -lr * d, direction)
-        if comp is None:
-            new_params = optax.apply_updates(params, delta)
-        else:
-            new_params, comp = compensated_add(params, comp, delta)
-            new_opt = (new_opt, comp)
 
-        def keep(new, old):
-            return jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
+        def optimiser_step(current):
+            params, opt_state = current
+            adam_state, comp = opt_state if cfg.compensated_updates else (opt_state, None)
+            direction, new_opt = self.tx.update(_as_float32(combined), adam_state, params)
+            delta = jax.tree.map(lambda d: -lr * d, direction)
+            if comp is None:
+                return optax.apply_updates(params, delta), new_opt
+            new_params, comp = compensated_add(params, comp, delta)
+            return new_params, (new_opt, comp)
+
+        # a skipped update (no signal, or a non-finite gradient) leaves params and optimiser
+        # state as they were. A branch rather than a select of new against old: the select
+        # needs the new params and moments whole beside the old ones (+0.7x the params'
+        # bytes at Qwen3-8B's shape), the branch updates them in place.
+        new_params, new_opt = jax.lax.cond(apply, optimiser_step, lambda current: current,
+                                           (params, opt_state))
 
         denom = jnp.maximum(n_policy, 1.0)
         metrics = {
@@ -596,7 +602,7 @@ class Learner:
         if "pred" in stats:
             metrics["loss_pred"] = stats["pred"]
         metrics = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), metrics)
-        return keep(new_params, params), keep(new_opt, opt_state), metrics
+        return new_params, new_opt, metrics
 
     def _update(self, state: TrainState, batch: Batch, widths=None):
         """The update program; `widths` None scores every position (the most a batch of
