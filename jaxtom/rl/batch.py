@@ -342,3 +342,8 @@ def split_rows(tree, parts: int):
 def merge_rows(tree):
     """Inverse of `split_rows`: [parts, R/parts, ...] -> [R, ...] in the original order."""
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), tree)
+
+
+def batch_images(batch: Batch):
+    """(image_index, vision) of image+text rows, or None for text rows."""
+    return None if batch.vision is None else (batch.image_index, batch.vision)

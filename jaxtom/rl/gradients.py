@@ -10,6 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxtom.rl.batch import split_rows
+
 
 def global_norm(tree) -> jax.Array:
     """L2 norm over every leaf of a pytree, accumulated in float32."""
@@ -56,3 +58,21 @@ def compensated_add(params, compensation, updates):
     is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
     return (jax.tree.map(lambda x: x[0], pairs, is_leaf=is_pair),
             jax.tree.map(lambda x: x[1], pairs, is_leaf=is_pair))
+
+
+def as_float32(tree):
+    return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
+
+
+def accumulate(fn, tree, micro: int):
+    """The sum of `fn` over `micro` interleaved row splits of `tree` (a scan; no loop for 1)."""
+    if micro == 1:
+        return fn(tree)
+    parts = split_rows(tree, micro)
+    shapes = jax.eval_shape(fn, jax.tree.map(lambda x: x[0], parts))
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def body(acc, part):
+        return jax.tree.map(jnp.add, acc, fn(part)), None
+
+    return jax.lax.scan(body, zeros, parts)[0]

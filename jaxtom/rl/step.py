@@ -29,198 +29,27 @@ width, read from the batch's masks on the host when the step is called and bucke
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
-from flax import nnx, struct
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
 from jaxtom.models.config import ModelConfig
 from jaxtom.models.decoder import Decoder, sampling_params
 from jaxtom.rl import logprobs, losses
-from jaxtom.rl.batch import Batch, merge_rows, pad_rows_to, split_rows, update_rows
-from jaxtom.rl.gradients import combine_gradients, compensated_add, global_norm
+from jaxtom.rl.batch import Batch, batch_images, merge_rows, pad_rows_to, split_rows
+from jaxtom.rl.gradients import (accumulate, as_float32, combine_gradients,
+                                 compensated_add, global_norm)
+from jaxtom.rl.placement import RowPlacement
+from jaxtom.rl.step_config import (  # noqa: F401  (re-exported: the step's public names)
+    REFERENCES, StepConfig, TrainState, make_optimizer, make_schedule)
+from jaxtom.rl.widths import score_widths, scored_positions
 
-REFERENCES = ("frozen_copy", "lora_disabled", "batch", "none")
-
-
-@dataclasses.dataclass(frozen=True)
-class StepConfig:
-    """Static hyperparameters of the update (hashable: part of what gets compiled).
-
-    `warmup_steps` and `total_steps` count rollout batches (`Learner.update` calls, the
-    trainer's step); the LR schedule itself runs over optimiser updates, of which there are
-    `updates_per_batch = ppo_epochs * ppo_mini_batches` per rollout batch, so update u of
-    batch s uses lr = schedule(s * updates_per_batch + u) on a schedule that is
-    `total_steps * updates_per_batch` updates long (`make_schedule`).
-
-    Precision (the model's `param_dtype` / `compute_dtype`; log-probs, losses, gradient
-    norms and Adam moments are float32 in every mode). Persistent bytes per trained
-    parameter, + the frozen reference copy (KL, reference='frozen_copy') + the transient
-    gradient:
-      - float32 params, bf16 compute (the default to use): 4 + 8 (Adam m, v) = 12,
-        + 4 reference + 4 gradient. Weights are cast to bf16 at use; updates of 1e-6 keep.
-      - bfloat16 params: 2 + 8 = 10, + 2 + 2. Updates below half a bf16 spacing (~6e-5 at
-        |w| ~ 1e-2) round away: one lr-1e-6 update changes ~2% of the weights, not ~98%.
-      - bfloat16 params, compensated_updates=True: 2 + 2 (compensation) + 8 = 12, + 2 + 2.
-        Kahan summation carries what rounding lost, so small updates accumulate (as the
-        compensated bf16 AdamW behind EasyR1's adamw_bf16 does); it saves only the
-        reference's and the gradients' bytes.
-    """
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float = 3.0
-    kl_coef: float = 0.01
-    lambda_pred: float = 0.0
-    lambda_entropy: float = 0.0
-    learning_rate: float = 1e-6
-    warmup_steps: int = 0
-    total_steps: int = 1000
-    end_lr_ratio: float = 0.0
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    adam_b1: float = 0.9
-    adam_b2: float = 0.999
-    adam_eps: float = 1e-8
-    # gradient accumulation inside one update, at most this many micro-batches (fewer when a
-    # device holds fewer rows of a mini-batch); the same update for any value
-    micro_batches: int = 1
-    ppo_mini_batches: int = 1  # optimiser updates per rollout batch and epoch
-    ppo_epochs: int = 1  # passes over the rollout batch
-    # bf16 (param_dtype) weights: add each update with Kahan compensation (see below)
-    compensated_updates: bool = False
-    lora: bool = False  # train only the LoRA adapters (the model must carry them)
-    # a vision-language policy's vision tower (parameters under `visual`) stays as loaded;
-    # False trains it, as the public MindZero config does
-    freeze_vision: bool = False
-    reference: str = "auto"  # frozen_copy | lora_disabled | batch | none | auto
-
-    @property
-    def updates_per_batch(self) -> int:
-        return self.ppo_epochs * self.ppo_mini_batches
-
-    def resolved_reference(self) -> str:
-        if self.reference != "auto":
-            return self.reference
-        if self.kl_coef == 0:
-            return "none"
-        return "lora_disabled" if self.lora else "frozen_copy"
-
-
-@struct.dataclass
-class TrainState:
-    step: jax.Array  # int32: rollout batches (`Learner.update` calls) so far
-    params: Any  # trainable nnx.State (all params, or only the LoRA adapters)
-    frozen: Any  # the rest of the model (base weights under LoRA; empty otherwise)
-    ref_params: Any  # frozen copy of the initial trainable params, or None
-    opt_state: Any
-    rng: jax.Array  # uint32 raw key data, for the trainer's sampling
-
-
-def make_schedule(cfg: StepConfig):
-    """Warmup + cosine LR as a function of the optimiser-update index (not the rollout step)."""
-    u = cfg.updates_per_batch
-    warmup, total = cfg.warmup_steps * u, cfg.total_steps * u
-    return optax.warmup_cosine_decay_schedule(
-        0.0 if warmup else cfg.learning_rate, cfg.learning_rate,
-        warmup, max(total, warmup + 1), cfg.learning_rate * cfg.end_lr_ratio)
-
-
-def make_optimizer(cfg: StepConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then AdamW's direction (Adam + decoupled weight decay).
-
-    The learning rate is left out: the step multiplies by -schedule(update index) itself, so
-    the schedule follows the explicit update counter (state.step * updates_per_batch + u)
-    rather than Adam's count, which skipped (empty or non-finite) updates do not advance.
-    `params - lr * direction` is exactly optax.adamw's update.
-    """
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.max_grad_norm),
-        optax.scale_by_adam(b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
-        optax.add_decayed_weights(cfg.weight_decay))
-
-
-def _tree_shardings(tree, mesh: Mesh, rules=None):
-    """Named shardings from variables' logical axes; anything else replicated."""
-    rep = NamedSharding(mesh, PartitionSpec())
-
-    def one(x):
-        if isinstance(x, nnx.Variable):
-            value = x.get_value()
-            axes = parallel.variable_axes(x) or (None,) * value.ndim
-            return x.replace(parallel.named_sharding(mesh, axes, value.shape, rules))
-        return rep
-
-    return jax.tree.map(one, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
-
-
-def _as_float32(tree):
-    return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
-
-
-def _local_rows(x) -> dict:
-    """This process's rows of a [R, T] array as NumPy, keyed by their row range."""
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        return {(s.index[0].start, s.index[0].stop): np.asarray(s.data)
-                for s in x.addressable_shards}
-    return {(None, None): np.asarray(x)}
-
-
-def _max_scored(*masks) -> int:
-    """Most entries any row scores: positions past the first where any of `masks` (None
-    skipped) is nonzero, over every process's rows (all processes must call it)."""
-    parts = [_local_rows(m) for m in masks if m is not None]
-    local = 0
-    for key in parts[0]:
-        hit = np.logical_or.reduce([p[key] > 0 for p in parts])
-        local = max(local, int(hit[:, 1:].sum(axis=1).max(initial=0)))
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        local = int(np.max(multihost_utils.process_allgather(np.asarray([local]))))
-    return local
-
-
-def score_widths(batch: Batch) -> tuple[int, int]:
-    """Static (policy-row, prediction-row) scoring widths of `batch` (see module docstring)."""
-    width = logprobs.bucket_width(_max_scored(batch.policy_mask, batch.decision_mask),
-                                  batch.tokens.shape[1])
-    p = batch.prediction
-    pwidth = 0 if p is None else logprobs.bucket_width(_max_scored(p.target_mask),
-                                                       p.tokens.shape[1])
-    return width, pwidth
-
-
-def _images(batch: Batch):
-    """(image_index, vision) of image+text rows, or None for text rows."""
-    return None if batch.vision is None else (batch.image_index, batch.vision)
-
-
-def _scored(batch: Batch) -> jax.Array:
-    """Positions a policy row's losses read: policy tokens and decision tokens."""
-    hit = batch.policy_mask > 0
-    return hit if batch.decision_mask is None else hit | (batch.decision_mask > 0)
-
-
-def _accumulate(fn, tree, micro: int):
-    """The sum of `fn` over `micro` interleaved row splits of `tree` (a scan; no loop for 1)."""
-    if micro == 1:
-        return fn(tree)
-    parts = split_rows(tree, micro)
-    shapes = jax.eval_shape(fn, jax.tree.map(lambda x: x[0], parts))
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-    def body(acc, part):
-        return jax.tree.map(jnp.add, acc, fn(part)), None
-
-    return jax.lax.scan(body, zeros, parts)[0]
-
-
-class Learner:
+class Learner(RowPlacement):
     """Owns the static parts of training (graph, optimiser, mesh) and the compiled step."""
 
     def __init__(self, model: Decoder, cfg: StepConfig, mesh: Mesh | None = None,
@@ -269,7 +98,7 @@ class Learner:
         def build(params):
             copy = jax.tree.map(jnp.copy, params)  # a new buffer, never the model's
             ref = jax.tree.map(jnp.copy, params) if self.reference == "frozen_copy" else None
-            opt_state = self.tx.init(_as_float32(params))  # Adam moments float32 in every mode
+            opt_state = self.tx.init(as_float32(params))  # Adam moments float32 in every mode
             if self.cfg.compensated_updates:
                 opt_state = (opt_state, jax.tree.map(jnp.zeros_like, params))
             return TrainState(step=jnp.int32(0), params=copy, frozen=None, ref_params=ref,
@@ -280,88 +109,6 @@ class Learner:
         frozen = jax.device_put(frozen, self.state_shardings(frozen))
         state = jax.jit(build, out_shardings=shardings)(params)
         return state.replace(frozen=frozen)
-
-    def state_shardings(self, state: TrainState):
-        return _tree_shardings(state, self.mesh, self.rules)
-
-    def batch_shardings(self, batch: Batch):
-        return jax.tree.map(lambda x: parallel.batch_sharding(self.mesh, x.ndim, x.shape[0]),
-                            batch)
-
-    @property
-    def data_parallel(self) -> int:
-        """Devices the batch rows are split over: data x fsdp."""
-        return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-
-    @property
-    def row_multiple(self) -> int:
-        """Every padded row count (policy or prediction rows) is a multiple of this: data x
-        fsdp x ppo_mini_batches; `row_split` gives the exact count."""
-        return self.data_parallel * self.cfg.ppo_mini_batches
-
-    def row_split(self, rows: int, mini_batches: int | None = None,
-                  multiple_of: int = 1) -> tuple[int, int]:
-        """(padded rows, micro-batches) the update uses for `rows` policy (or prediction)
-        rows split into `mini_batches` (default `ppo_mini_batches`): `batch.update_rows`
-        with `micro_batches` as the cap."""
-        n = self.cfg.ppo_mini_batches if mini_batches is None else mini_batches
-        return update_rows(rows, self.data_parallel, n, self.cfg.micro_batches,
-                           multiple_of=multiple_of)
-
-    def padded_rows(self, rows: int) -> int:
-        """How many rows an update of `rows` policy (or prediction) rows computes."""
-        return self.row_split(rows)[0]
-
-    def _micro(self, rows: int) -> int:
-        """Micro-batches of a mini-batch of `rows` rows (already padded: a fixed point)."""
-        padded, micro = self.row_split(rows, 1)
-        if padded != rows:
-            raise ValueError(f"a mini-batch of {rows} rows is not padded for the mesh "
-                             f"({self.data_parallel} data x fsdp devices): expected {padded}")
-        return micro
-
-    def put_batch(self, local_batch: Batch) -> Batch:
-        """Global batch from this process's rows (all rows on a single process), padded.
-
-        Processes whose rollouts packed into different row counts agree on the largest
-        (one small host all-gather); the global count is `row_split` of that times the
-        processes (kept a multiple of them), and each process pads its rows to its equal
-        block of it. Padding rows carry no mask, so a process with fewer real rows simply
-        holds more padding.
-        """
-        nproc = jax.process_count()
-        rows = local_batch.tokens.shape[0]
-        prows = 0 if local_batch.prediction is None else local_batch.prediction.tokens.shape[0]
-        if nproc > 1:
-            from jax.experimental import multihost_utils
-            counts = np.asarray(multihost_utils.process_allgather(np.asarray([rows, prows])))
-            rows, prows = (int(c) for c in counts.reshape(-1, 2).max(axis=0))
-        total = self.row_split(rows * nproc, multiple_of=nproc)[0]
-        ptotal = self.row_split(prows * nproc, multiple_of=nproc)[0]
-        local = pad_rows_to(jax.tree.map(np.asarray, local_batch), total // nproc,
-                            None if local_batch.prediction is None else ptotal // nproc)
-        return jax.tree.map(
-            lambda x: jax.make_array_from_process_local_data(
-                parallel.batch_sharding(self.mesh, x.ndim, x.shape[0] * nproc), x),
-            local)
-
-    def put_global_batch(self, batch: Batch) -> Batch:
-        """Global batch from the whole batch, which every process holds alike: padded at
-        its end as one process would pad it, each process placing its block of rows. The
-        rows, and so the PPO mini-batches, are then those of a single process."""
-        nproc = jax.process_count()
-        if nproc == 1:
-            return self.put_batch(batch)
-        rows = batch.tokens.shape[0]
-        prows = 0 if batch.prediction is None else batch.prediction.tokens.shape[0]
-        total = self.row_split(rows, multiple_of=nproc)[0]
-        ptotal = None if batch.prediction is None else self.row_split(
-            prows, multiple_of=nproc)[0]
-        whole = pad_rows_to(jax.tree.map(np.asarray, batch), total, ptotal)
-        me = jax.process_index()
-        local = jax.tree.map(lambda x: x[me * (x.shape[0] // nproc):
-                                         (me + 1) * (x.shape[0] // nproc)], whole)
-        return self.put_batch(local)
 
     def model(self, state: TrainState) -> Decoder:
         return nnx.merge(self.graphdef, state.params, state.frozen)
@@ -417,7 +164,7 @@ class Learner:
         `losses.token_logprobs`, scoring only `scored` entries (at most `width` per row; all
         entries when None). Activations are sharded like the batch rows over the mesh (the
         decoder rematerialises its layers as its config says). `images`: (image_index,
-        vision) of image+text rows (`_images`), for a vision-language model. `parents`:
+        vision) of image+text rows (`batch.batch_images`), for a vision-language model. `parents`:
         shared-prompt rows' `parent_ids`."""
         model = nnx.merge(self.graphdef, params, frozen)
         extra = {} if images is None else model.row_inputs(positions, *images)
@@ -445,8 +192,8 @@ class Learner:
                 raise ValueError("reference='batch' needs batch.ref_logp")
             return mb.ref_logp
         logp, _ = self._logprobs(self._reference_params(state, params), state.frozen, mb.tokens,
-                                 mb.positions, mb.segment_ids, _scored(mb), width,
-                                 images=_images(mb), parents=mb.parent_ids)
+                                 mb.positions, mb.segment_ids, scored_positions(mb), width,
+                                 images=batch_images(mb), parents=mb.parent_ids)
         return jax.lax.stop_gradient(logp)
 
     def _policy_grads(self, state, params, mb: Batch, counts, ref_in_batch: bool, width):
@@ -458,9 +205,9 @@ class Learner:
 
         def grpo_objective(params):
             logp, entropy = self._logprobs(params, state.frozen, mb.tokens, mb.positions,
-                                           mb.segment_ids, _scored(mb), width,
+                                           mb.segment_ids, scored_positions(mb), width,
                                            entropy=mb.decision_mask is not None,
-                                           images=_images(mb), parents=mb.parent_ids)
+                                           images=batch_images(mb), parents=mb.parent_ids)
             old = jax.lax.stop_gradient(logp) if mb.old_logp is None else mb.old_logp
             total, _, stats = losses.grpo_terms(
                 logp, old, ref_logp, mb.advantages, mb.policy_mask, clip_low=cfg.clip_low,
@@ -502,13 +249,13 @@ class Learner:
                      .astype(jnp.float32) if batch.prediction is not None else jnp.float32(0))
         counts = (n_policy, n_decision, n_targets)
         width, pwidth = widths
-        g_grpo, stats = _accumulate(
+        g_grpo, stats = accumulate(
             lambda mb: self._policy_grads(state, params, mb, counts, ref_in_batch, width),
             batch.replace(prediction=None), self._micro(batch.tokens.shape[0]))
         g_pred = None
         if self._uses_prediction(batch):
             p = batch.prediction
-            stats["pred"], g_pred = _accumulate(
+            stats["pred"], g_pred = accumulate(
                 lambda mb: self._pred_grads(state, params, mb, n_targets, pwidth), p,
                 self._micro(p.tokens.shape[0]))
         if g_pred is not None:
@@ -531,8 +278,8 @@ class Learner:
         """Log-probs of `rows` [R, T] at their scored positions (no gradient), one
         micro-batch at a time."""
         m = self._micro(rows.tokens.shape[0])
-        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, _scored(rows),
-                            _images(rows), rows.parent_ids), m)
+        micro = split_rows((rows.tokens, rows.positions, rows.segment_ids, scored_positions(rows),
+                            batch_images(rows), rows.parent_ids), m)
         out = jax.lax.map(lambda t: self._logprobs(params, frozen, *t[:4], width,
                                                    images=t[4], parents=t[5])[0], micro)
         return jax.lax.stop_gradient(merge_rows(out))
@@ -574,7 +321,7 @@ class Learner:
         def optimiser_step(current):
             params, opt_state = current
             adam_state, comp = opt_state if cfg.compensated_updates else (opt_state, None)
-            direction, new_opt = self.tx.update(_as_float32(combined), adam_state, params)
+            direction, new_opt = self.tx.update(as_float32(combined), adam_state, params)
             delta = jax.tree.map(lambda d: -lr * d, direction)
             if comp is None:
                 return optax.apply_updates(params, delta), new_opt
@@ -648,4 +395,4 @@ class Learner:
                 lambda s, t, p, g, i, r: self._logprobs(s.params, s.frozen, t, p, g, images=i,
                                                         parents=r)[0])
         return self._compiled["score"](state, batch.tokens, batch.positions, batch.segment_ids,
-                                       _images(batch), batch.parent_ids)
+                                       batch_images(batch), batch.parent_ids)

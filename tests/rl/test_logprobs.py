@@ -156,9 +156,9 @@ def test_learner_log_probs_equal_the_full_logits(tied):
     model = init_decoder(TINY.replace(tie_word_embeddings=tied), seed=1)
     learner = rl.Learner(model, rl.StepConfig(reference="none", kl_coef=0.0))
     batch = jax.tree.map(jnp.asarray, random_batch(2, prediction=False))
-    width, _ = rl.step.score_widths(batch)
+    width, _ = rl.widths.score_widths(batch)
     graphdef, params, frozen = learner._split(model)
-    scored = rl.step._scored(batch)
+    scored = rl.widths.scored_positions(batch)
     weight = jnp.where(scored.at[:, 0].set(False), batch.advantages, 0.0)
 
     def new(params):
