@@ -76,7 +76,10 @@ def _scores(qb, kb, mask, scale):
 def _forward(q, k, v, meta, scale):
     """Blocked q [nq,B,bq,K,G,hd], k/v [nk,B,bk,K,hd], meta blocked alike ->
     out [nq,B,K,G,bq,hd] fp32 and lse [nq,B,K,G,bq]."""
-    qm, km = meta
+    # tie the metadata to q: under a scan over layers, JAX would otherwise hoist every block
+    # pair's mask (a function of the loop-invariant metadata alone) out of the loop and
+    # stack them all, [nq, nk, B, bq, bk]: the quadratic memory this module exists to avoid
+    q, (qm, km) = jax.lax.optimization_barrier((q, meta))
 
     def one_query_block(args):
         qb, qmeta = args
@@ -115,7 +118,7 @@ def _probs(qb, kb, mask, lse, scale):
 def _backward(q, k, v, meta, out, lse, dout, scale):
     """Cotangents of blocked q, k, v from the saved output and log-sum-exp (FlashAttention's
     backward: each block's probabilities recomputed, never stored)."""
-    qm, km = meta
+    dout, (qm, km) = jax.lax.optimization_barrier((dout, meta))  # see `_forward`
     delta = jnp.sum(dout * out, -1)  # [nq,B,K,G,bq]
 
     def dq_block(args):
