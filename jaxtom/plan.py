@@ -407,7 +407,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     from flax import nnx
 
     from jaxtom import parallel, sampling
-    from jaxtom.models.decoder import KVCache, sampling_params
+    from jaxtom.models.decoder import KVCache, samples_a_copy, sampling_params
 
     t = config.trainer
     _, model = _abstract_model(config, mcfg)
@@ -415,7 +415,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     params = _with_shardings(params, parallel.state_shardings(params, mesh))
     # the sampler reads its weights in the compute dtype (`Learner.sampling_model`): a copy
     # of its own when that differs from the parameter dtype, else the train state's buffers
-    copy = sampling_params(params, mcfg) is not params
+    copy = samples_a_copy(mcfg)
     if copy:
         params = jax.eval_shape(lambda p: sampling_params(p, mcfg), params)
         params = _with_shardings(params, parallel.state_shardings(params, mesh))
@@ -519,6 +519,8 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
 
     from jaxtom import parallel
 
+    from jaxtom.models.decoder import samples_a_copy
+
     mcfg = model_config(config.model) if mcfg is None else mcfg
     loaded = nnx.state(nnx.eval_shape(lambda: _new_model(mcfg)))
     loaded = _with_shardings(loaded, parallel.state_shardings(loaded, mesh))
@@ -538,7 +540,7 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
         # are shared with the state
         train["start_model"] = train["params"]
     text = text_config(mcfg)
-    if text is mcfg and text.compute_dtype != text.param_dtype:  # `Learner.sampling_model`
+    if samples_a_copy(mcfg):  # `Learner.sampling_model`
         sampler = (train["params"] + train["frozen_params"]) * (
             jnp.dtype(text.compute_dtype).itemsize / jnp.dtype(text.param_dtype).itemsize)
     else:

@@ -67,8 +67,10 @@ def report(result: dict[str, Any]) -> str:
                   f"{r['cache_len']} slots, compiled in {r['compile_seconds']:.0f} s; per device:",
                   f"  {'KV cache':<38}{_size(r['memory']['kv_cache'])}",
                   f"  {'sampler weights (extra copies)':<38}"
-                  f"{_size(r['memory']['sampler_weights_extra'])}  (it reads the train "
-                  "state's params in place)"]
+                  f"{_size(r['memory']['sampler_weights_extra'])}  "
+                  + ("(a compute-dtype copy of the weights)"
+                     if r["memory"]["sampler_weights_extra"]
+                     else "(it reads the train state's params in place)")]
         if r["memory"].get("kept_kv_store"):
             lines.append(f"  {'kept KV store (CToM, all conversations)':<38}"
                          f"{_size(r['memory']['kept_kv_store'])}  (2x while it grows)")

@@ -55,12 +55,12 @@ def qwen3_8b_config(domain: str) -> Config:
     """Paper scale (section 5, table 4): Qwen3-8B with LoRA 32, lr 1e-4, G = 4, 36 prompts.
 
     Sized so that `jaxtom plan` fits an H100-80GB and a v5p-95GB chip on 8 devices with the
-    16,384-token rows (53.8 GiB per device, the update's): one row per device per
-    micro-batch (`micro_batches=6`, the same gradient as 3), sampler calls of 32 rows, and
-    no kept KV store (`ctom.reuse_cache=False`: at 144 conversations x 16k tokens the store
-    alone takes 56 GiB per device, twice that while it grows; on 16 or more devices it
-    fits beside the rest and can be turned back on). Long prefills attend blockwise
-    (`ModelConfig.attention`), without which one 32-row prefill's scores took ~320 GiB."""
+    16,384-token rows (50.9 GiB per device at most, the rollout's; the update's 33 GiB):
+    sampler calls of 32 rows and no kept KV store (`ctom.reuse_cache=False`: at 144
+    conversations x 16k tokens the store alone takes 56 GiB per device, twice that while it
+    grows; on 16 or more devices it fits beside the rest and can be turned back on). Long
+    rows and prefills attend blockwise (`ModelConfig.attention`), without which the update
+    needed 101 GiB per device and one 32-row prefill's scores ~320 GiB."""
     steps = PAPER_STEPS[domain]
     return Config(
         model=ModelSection(path=os.environ.get("QWEN3_8B", os.path.join(
@@ -68,7 +68,7 @@ def qwen3_8b_config(domain: str) -> Config:
                            vocab_size=151936, param_dtype="float32", compute_dtype="bfloat16",
                            lora_rank=32, lora_alpha=32.0),
         step=StepConfig(learning_rate=1e-4, total_steps=steps, kl_coef=0.01, lambda_pred=1.0,
-                        micro_batches=6, ppo_mini_batches=3, lora=True),
+                        micro_batches=3, ppo_mini_batches=3, lora=True),
         trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_qwen3_8b", total_steps=steps,
                               prompts_per_step=36, group_size=4, max_new_tokens=16,
                               row_len=16384, temperature=1.0, checkpoint_every=10,

@@ -453,6 +453,11 @@ class Decoder(nnx.Module):
         return self._logits(h), keys, values
 
 
+def samples_a_copy(cfg) -> bool:
+    """Whether a sampler reads a compute-dtype copy of the weights (`sampling_params`)."""
+    return isinstance(cfg, ModelConfig) and cfg.compute_dtype != cfg.param_dtype
+
+
 def sampling_params(params, cfg):
     """The parameters a sampler reads: every floating array cast once to the compute dtype
     when it differs from the parameter dtype (a text decoder's forward casts each weight to
@@ -461,7 +466,7 @@ def sampling_params(params, cfg):
     precision in the per-use casts, so tokens can differ from sampling the float32 weights
     in the last bits; the update scores its own log-probs, so the objective does not see it.
     Other configs (Qwen3-VL's, float32 compute) get `params` back unchanged."""
-    if not isinstance(cfg, ModelConfig) or cfg.compute_dtype == cfg.param_dtype:
+    if not samples_a_copy(cfg):
         return params
     compute = jnp.dtype(cfg.compute_dtype)
     return jax.tree.map(

@@ -38,8 +38,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
-from jaxtom.models.config import ModelConfig
-from jaxtom.models.decoder import Decoder, sampling_params
+from jaxtom.models.decoder import Decoder, samples_a_copy, sampling_params
 from jaxtom.rl import logprobs, losses
 from jaxtom.rl.batch import Batch, batch_images, merge_rows, pad_rows_to, split_rows
 from jaxtom.rl.gradients import (accumulate, as_float32, combine_gradients,
@@ -118,7 +117,7 @@ class Learner(RowPlacement):
         dtype (`decoder.sampling_params`; the same model when the dtypes agree)."""
         model = self.model(state)
         cfg = model.config
-        if not isinstance(cfg, ModelConfig) or cfg.compute_dtype == cfg.param_dtype:
+        if not samples_a_copy(cfg):
             return model
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         return nnx.merge(graphdef, sampling_params(params, cfg), rest)
