@@ -18,7 +18,7 @@ rows (`trainer.prompts_per_step`, `num_rows`, `rollout_rows`) divided by `--rows
   plans (distinct random prompts of `row_len - max_new_tokens` tokens, every row decoding
   `max_new_tokens`), after a warm-up call that compiles it;
 - one GRPO update (`Learner.update`: every PPO mini-batch and micro-batch of the batch) on a
-  random batch shaped as `jaxtom plan` shapes it (`plan._abstract_batch`), every position
+  random batch shaped as `jaxtom plan` shapes it (`plan.abstract_batch`), every position
   scored, so it is the program the plan compiles.
 Memory is the device's own `memory_stats()` (`peak_bytes_in_use`, cumulative) after each
 phase, set beside the plan's figures for the same config and overrides: by default
@@ -206,7 +206,7 @@ def random_batch(config, mcfg, learner, rows: int, seed: int):
 
     from jaxtom import plan
 
-    shapes = plan._abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
+    shapes = plan.abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
     rng = np.random.default_rng(seed)
     T, group = config.trainer.row_len, config.trainer.group_size
     row_adv = rng.normal(size=(rows, 1)).astype(np.float32)
@@ -265,7 +265,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     mem = out["memory"] = {}
 
     # the train state, built on the device in one program
-    build, abstract = plan._abstract_model(config, mcfg)
+    build, abstract = plan.abstract_model(config, mcfg)
     learner = Learner(abstract, config.step, mesh)
     start = time.perf_counter()
     state = jax.jit(lambda: learner.init_state(build(), seed=config.model.seed))()

@@ -297,11 +297,11 @@ def test_gpu_smoke_batch_is_the_program_the_plan_compiles(smoke):
     overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=True, divisor=8)
     config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
     mcfg = plan.model_config(config.model)
-    _, abstract = plan._abstract_model(config, mcfg)
+    _, abstract = plan.abstract_model(config, mcfg)
     learner = Learner(abstract, config.step)
     rows = plan.rollout_rows(config)
     batch = smoke.random_batch(config, mcfg, learner, rows, seed=0)
-    want = plan._abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
+    want = plan.abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
     import jax
     assert (jax.tree.map(lambda x: (x.shape, x.dtype), batch)
             == jax.tree.map(lambda x: (x.shape, x.dtype), want))

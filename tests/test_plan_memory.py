@@ -120,7 +120,7 @@ if args["rollout"]:
 
 if args["update"]:
     from jaxtom.rl.batch import Batch
-    abstract = plan._abstract_update_batch(config, plan.model_config(config.model), learner)
+    abstract = plan.abstract_update_batch(config, plan.model_config(config.model), learner)
     rng = np.random.default_rng(1)
     R, T = abstract.tokens.shape
 
