@@ -46,12 +46,12 @@ def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0, patches: int = 
     (for a VLConfig, plus the vision tower on each row's picture of `patches` patches).
 
     Attention counts the scores the decoder forms: each block of queries against the keys up
-    to its end (`decoder.attended_keys`; masked scores inside a block are computed too).
+    to its end (`attention.attended_keys`; masked scores inside a block are computed too).
     """
     if hasattr(mcfg, "vision"):
         return (forward_flops(mcfg.text, rows, seq, lora_rank)
                 + vision_flops(mcfg.vision, rows, patches))
-    from jaxtom.models.decoder import attended_keys
+    from jaxtom.models.attention import attended_keys
 
     d, f, hd, L = mcfg.hidden_size, mcfg.intermediate_size, mcfg.head_dim, mcfg.num_layers
     q, kv = mcfg.num_heads * hd, mcfg.num_kv_heads * hd

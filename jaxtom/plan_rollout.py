@@ -77,7 +77,8 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     from flax import nnx
 
     from jaxtom import parallel, sampling
-    from jaxtom.models.decoder import KVCache, samples_a_copy, sampling_params
+    from jaxtom.models.decoder import KVCache
+    from jaxtom.models.sampling_weights import samples_a_copy, sampling_params
 
     t = config.trainer
     _, model = abstract_model(config, mcfg)

@@ -1,6 +1,6 @@
 """Blockwise (online-softmax) attention for the training forward: memory linear in row length.
 
-The dense path (`decoder.attention`) forms a [B, T, T] mask and fp32 score blocks, so a
+The dense path (`attention.attention`) forms a [B, T, T] mask and fp32 score blocks, so a
 16k-token row needs gigabytes per layer before any weight is touched. Here the row is cut
 into query and key blocks; each query block walks the key blocks keeping a running max, sum
 and output (the softmax is exact, only its summation order differs), and the mask of a

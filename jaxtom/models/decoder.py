@@ -26,20 +26,15 @@ from flax import nnx
 
 from jaxtom import parallel
 from jaxtom.models import blockwise
+from jaxtom.models.attention import attention, causal_attention  # noqa: F401  (re-exported)
 from jaxtom.models.config import ModelConfig
+from jaxtom.models.sampling_weights import samples_a_copy, sampling_params  # noqa: F401
 
 # The full (training / scoring) forward unrolls models up to this many layers and scans deeper
 # ones. On CPU the scan's backward pass copies each layer's weights and activations in and out
 # of the stacked buffers, which dominates small models' steps; unrolled, a 30-layer model's
 # train step compiles ~4x slower (12 s -> 46 s) for a ~10% faster step, so deep models scan.
 UNROLL_MAX_LAYERS = 8
-
-# The training forward computes attention a block of queries at a time, each block against the
-# keys up to its own end: in a row-causal mask the keys after a block are all masked, so about
-# half the score matrix is never formed (the result is the same). Blocks are at least
-# QUERY_BLOCK queries, and a row has at most MAX_QUERY_BLOCKS of them (a bounded program size).
-QUERY_BLOCK = 32
-MAX_QUERY_BLOCKS = 8
 
 # Logical axes of the training forward's activations (mapped to mesh axes by the rule table).
 HIDDEN_AXES = ("batch", "seq", "embed")
@@ -174,48 +169,6 @@ def _linear(p: dict, name: str, x: jax.Array, lora_scale: dict) -> jax.Array:
         a, b = p[name + "_lora_a"].astype(x.dtype), p[name + "_lora_b"].astype(x.dtype)
         y = y + (x @ a) @ b * lora_scale[name]
     return y
-
-
-def attention(q, k, v, mask, cfg: ModelConfig, heads_first: bool = False) -> jax.Array:
-    """Grouped-query attention; q [B,T,H,hd], k/v [B,S,K,hd], mask [B,T,S] -> [B,T,H*hd].
-
-    `heads_first`: k/v are laid out [B,K,S,hd] (the KV cache's layout).
-    """
-    B, T = q.shape[:2]
-    K, G = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads
-    q = q.reshape(B, T, K, G, cfg.head_dim)
-    kv = "bksd" if heads_first else "bskd"
-    scores = jnp.einsum(f"btkgd,{kv}->bkgts", q, k).astype(jnp.float32)
-    scores = scores * (cfg.head_dim ** -0.5)
-    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    # heads-major output, then one transpose: asked for [B, T, K, G, hd] directly, XLA:CPU
-    # swaps the operands and runs the product as a transposed Eigen dot over the cache
-    # (a quarter of the tiny model's decode step); this way it is a plain GEMM.
-    out = jnp.einsum(f"bkgts,{kv}->bkgtd", probs, v)
-    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads * cfg.head_dim)
-
-
-def query_blocks(length: int) -> list[tuple[int, int]]:
-    """Static [start, end) query blocks of a `length`-token row (see QUERY_BLOCK)."""
-    size = max(QUERY_BLOCK, -(-length // MAX_QUERY_BLOCKS))
-    return [(a, min(length, a + size)) for a in range(0, length, size)]
-
-
-def attended_keys(length: int) -> float:
-    """Keys each query's scores span on average under `causal_attention` (FLOP counts)."""
-    return sum((b - a) * b for a, b in query_blocks(length)) / max(length, 1)
-
-
-def causal_attention(q, k, v, mask, cfg: ModelConfig) -> jax.Array:
-    """`attention` for a mask with no key after its query in the row (q, k, v of one row
-    order): each query block attends only to the keys up to its end. The skipped scores are
-    all masked, so the result equals `attention`'s."""
-    blocks = query_blocks(q.shape[1])
-    if len(blocks) == 1:
-        return attention(q, k, v, mask, cfg)
-    return jnp.concatenate([attention(q[:, a:b], k[:, :b], v[:, :b], mask[:, a:b, :b], cfg)
-                            for a, b in blocks], axis=1)
 
 
 def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
@@ -451,26 +404,6 @@ class Decoder(nnx.Module):
 
             h = layer_forward(p, h, cos, sin, cfg, lora_scale, kv_write, heads_first=True)
         return self._logits(h), keys, values
-
-
-def samples_a_copy(cfg) -> bool:
-    """Whether a sampler reads a compute-dtype copy of the weights (`sampling_params`)."""
-    return isinstance(cfg, ModelConfig) and cfg.compute_dtype != cfg.param_dtype
-
-
-def sampling_params(params, cfg):
-    """The parameters a sampler reads: every floating array cast once to the compute dtype
-    when it differs from the parameter dtype (a text decoder's forward casts each weight to
-    the compute dtype where it uses it, so a rollout need not read float32 master weights
-    at every decode step: half the bytes per step for bfloat16). XLA may keep excess
-    precision in the per-use casts, so tokens can differ from sampling the float32 weights
-    in the last bits; the update scores its own log-probs, so the objective does not see it.
-    Other configs (Qwen3-VL's, float32 compute) get `params` back unchanged."""
-    if not samples_a_copy(cfg):
-        return params
-    compute = jnp.dtype(cfg.compute_dtype)
-    return jax.tree.map(
-        lambda x: x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
 
 
 def init_decoder(cfg: ModelConfig, seed: int = 0, mesh=None) -> Decoder:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtom.models import blockwise, decoder, init_decoder
+from jaxtom.models import attention, blockwise, decoder, init_decoder
 from jaxtom.plan import xla_memory
 from tests.models.test_query_blocks import CFG, row_mask, shared_prompt_row
 from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close
@@ -41,7 +41,7 @@ def test_values_and_gradients_equal_dense_attention(block):
     k = jax.random.normal(keys[1], (1, T, CFG.num_kv_heads, CFG.head_dim))
     v = jax.random.normal(keys[2], (1, T, CFG.num_kv_heads, CFG.head_dim))
     w = jax.random.normal(keys[3], (1, T, CFG.num_heads * CFG.head_dim))
-    dense = lambda q, k, v: decoder.attention(q, k, v, mask, CFG)  # noqa: E731
+    dense = lambda q, k, v: attention.attention(q, k, v, mask, CFG)  # noqa: E731
     blocked = jax.jit(lambda q, k, v: blockwise.blockwise_attention(
         q, k, v, meta, CFG.num_kv_heads, block))
     assert_close(blocked(q, k, v), dense(q, k, v), reduction=2 * T + 8)

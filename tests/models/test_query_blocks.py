@@ -1,4 +1,4 @@
-"""Blocked causal attention in the training forward (`decoder.causal_attention`).
+"""Blocked causal attention in the training forward (`attention.causal_attention`).
 
 Each block of queries attends only to the keys up to its own end; in a row-causal mask every
 skipped score is masked, so outputs and gradients must equal full attention's to float32
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtom.models import decoder, init_decoder
+from jaxtom.models import attention, init_decoder
 from jaxtom.models.config import ModelConfig
 from jaxtom.rl.batch import pack_shared_prompts
 from tests.tolerance import assert_close, decoder_depth, decoder_reduction
@@ -23,17 +23,17 @@ CFG = ModelConfig(family="qwen3", vocab_size=64, hidden_size=32, intermediate_si
 
 @pytest.mark.parametrize("length", [1, 5, 31, 32, 33, 96, 150, 257, 576, 4097])
 def test_query_blocks_tile_the_row(length):
-    blocks = decoder.query_blocks(length)
+    blocks = attention.query_blocks(length)
     assert blocks[0][0] == 0 and blocks[-1][1] == length
     assert all(a < b for a, b in blocks)
     assert all(b == a2 for (_, b), (a2, _) in zip(blocks, blocks[1:]))  # contiguous
-    assert len(blocks) <= decoder.MAX_QUERY_BLOCKS
-    assert all(b - a >= decoder.QUERY_BLOCK for a, b in blocks[:-1])
+    assert len(blocks) <= attention.MAX_QUERY_BLOCKS
+    assert all(b - a >= attention.QUERY_BLOCK for a, b in blocks[:-1])
     full = sum((b - a) * b for a, b in blocks) / length
-    assert decoder.attended_keys(length) == pytest.approx(full)
-    assert decoder.attended_keys(length) <= length
-    if length > decoder.QUERY_BLOCK:
-        assert decoder.attended_keys(length) < length
+    assert attention.attended_keys(length) == pytest.approx(full)
+    assert attention.attended_keys(length) <= length
+    if length > attention.QUERY_BLOCK:
+        assert attention.attended_keys(length) < length
 
 
 def shared_prompt_row():
@@ -65,7 +65,7 @@ def test_causal_attention_equals_full_attention_values_and_gradients():
     batch = shared_prompt_row()
     mask = row_mask(batch)
     T = mask.shape[1]
-    assert len(decoder.query_blocks(T)) > 1
+    assert len(attention.query_blocks(T)) > 1
     keys = jax.random.split(jax.random.key(1), 4)
     q = jax.random.normal(keys[0], (1, T, CFG.num_heads, CFG.head_dim))
     k = jax.random.normal(keys[1], (1, T, CFG.num_kv_heads, CFG.head_dim))
@@ -75,12 +75,12 @@ def test_causal_attention_equals_full_attention_values_and_gradients():
     def loss(fn, q, k, v):
         return jnp.sum(fn(q, k, v, mask, CFG) * w)
 
-    full = decoder.attention(q, k, v, mask, CFG)
-    blocked = decoder.causal_attention(q, k, v, mask, CFG)
+    full = attention.attention(q, k, v, mask, CFG)
+    blocked = attention.causal_attention(q, k, v, mask, CFG)
     # a softmax over T keys, then a T-term sum of values
     assert_close(blocked, full, reduction=2 * T + 8)
-    g_full = jax.grad(lambda *a: loss(decoder.attention, *a), argnums=(0, 1, 2))(q, k, v)
-    g_blocked = jax.grad(lambda *a: loss(decoder.causal_attention, *a),
+    g_full = jax.grad(lambda *a: loss(attention.attention, *a), argnums=(0, 1, 2))(q, k, v)
+    g_blocked = jax.grad(lambda *a: loss(attention.causal_attention, *a),
                          argnums=(0, 1, 2))(q, k, v)
     for a, b in zip(g_blocked, g_full):
         assert_close(a, b, reduction=4 * T + 16, depth=2)
@@ -99,8 +99,8 @@ def test_decoder_forward_equals_unblocked_on_packed_rows(monkeypatch):
         return logits, jax.tree.leaves(grads)
 
     blocked = run()
-    monkeypatch.setattr(decoder, "QUERY_BLOCK", 10**6)  # one block: full attention
-    assert len(decoder.query_blocks(150)) == 1
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 10**6)  # one block: full attention
+    assert len(attention.query_blocks(150)) == 1
     full = run()
     T = batch.tokens.shape[1]
     red, depth = decoder_reduction(CFG, T), decoder_depth(CFG)
@@ -132,5 +132,5 @@ def test_no_full_score_matrix_is_formed():
     walk(jaxpr.jaxpr)
     assert not [s for s in shapes if len(s) >= 2 and s[-2:] == (T, T)]
     # the blocks' scores are there: [.., block, keys up to its end]
-    size = decoder.query_blocks(T)[0][1]
+    size = attention.query_blocks(T)[0][1]
     assert any(len(s) >= 2 and s[-2:] == (size, size) for s in shapes)
