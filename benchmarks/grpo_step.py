@@ -164,13 +164,32 @@ def run_jaxtom(path, batch):
     return step, with_flops(compiled), step()  # the first call is also the warm-up
 
 
+def tunix_train_step(graphdef, algo):
+    """What tunix's GRPO learner runs per update: `grpo_loss_fn` under `nnx.value_and_grad`,
+    then `nnx.Optimizer.update`, on the split (model, optimizer) state."""
+    from flax import nnx
+    from tunix.rl import algo_core
+
+    def train_step(state, example):
+        model, optimizer = nnx.merge(graphdef, state)
+
+        def loss(m):
+            out = algo_core.grpo_loss_fn(m, example, algo, pad_id=0, eos_id=-1)
+            return out[0] if isinstance(out, tuple) else out
+
+        value, grads = nnx.value_and_grad(loss)(model)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), value
+
+    return train_step
+
+
 def run_tunix(path, data, group=2):
     """tunix's GRPO loss + optimizer update, compiled: (warmed-up callable, XLA memory, the
     first update's loss). The objective is set to jaxtom's: token-mean aggregation and the
     k3 ("low_var_kl") KL estimate clamped at 10 (jaxtom's `losses.KL_CLAMP`)."""
     import optax
     from flax import nnx
-    from tunix.rl import algo_core
     from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
 
     model, _ = parity.tunix_qwen3(path)
@@ -191,18 +210,7 @@ def run_tunix(path, data, group=2):
         advantages=jnp.asarray(adv), ref_per_token_logps=jnp.asarray(ref),
         old_per_token_logps=None)
     graphdef, state = nnx.split((model, optimizer))
-
-    def train_step(state, example):
-        model, optimizer = nnx.merge(graphdef, state)
-
-        def loss(m):
-            out = algo_core.grpo_loss_fn(m, example, algo, pad_id=0, eos_id=-1)
-            return out[0] if isinstance(out, tuple) else out
-
-        value, grads = nnx.value_and_grad(loss)(model)
-        optimizer.update(model, grads)
-        return nnx.state((model, optimizer)), value
-
+    train_step = tunix_train_step(graphdef, algo)
     compiled = jax.jit(train_step, donate_argnums=0).lower(state, example).compile()
     box = {"state": state}
 

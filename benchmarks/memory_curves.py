@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from jaxtom.plan import xla_memory  # noqa: E402
 
@@ -75,7 +76,6 @@ def tunix_step_memory(shape: dict, T: int) -> dict:
     import optax
     from flax import nnx
     from tunix.models.qwen3 import model as qwen3_model
-    from tunix.rl import algo_core
     from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
 
     cfg = qwen3_model.ModelConfig(
@@ -106,19 +106,11 @@ def tunix_step_memory(shape: dict, T: int) -> dict:
         advantages=sds((1,), jnp.float32), ref_per_token_logps=sds((1, C), jnp.float32),
         old_per_token_logps=None)
 
-    def train_step(state, example):
-        model, optimizer = nnx.merge(graphdef, state)
-
-        def loss(m):
-            out = algo_core.grpo_loss_fn(m, example, algo, pad_id=0, eos_id=-1)
-            return out[0] if isinstance(out, tuple) else out
-
-        value, grads = nnx.value_and_grad(loss)(model)
-        optimizer.update(model, grads)
-        return nnx.state((model, optimizer)), value
+    from grpo_step import tunix_train_step  # the step benchmarks/grpo_step.py times
 
     start = time.perf_counter()
-    compiled = jax.jit(train_step, donate_argnums=0).lower(state, example).compile()
+    compiled = jax.jit(tunix_train_step(graphdef, algo), donate_argnums=0).lower(
+        state, example).compile()
     return dict(xla_memory(compiled), compile_seconds=time.perf_counter() - start)
 
 
