@@ -7,9 +7,11 @@ shape-only (`nnx.eval_shape` from the model's `config.json`): no weights are rea
 is allocated, so an 8B model's step plans on a laptop. XLA's buffer assignment then says what
 one device holds; the parameter, optimiser and gradient figures are computed from the same
 shardings, so the two can be checked against each other. The rollout is planned as it runs on
-any number of processes: one SPMD sampler call over the global mesh on the train state's own
-(sharded) params, so it adds only its KV cache and its programs' temporaries; `--processes P`
-(a run over P hosts) sets how many rows a call samples (`trainer.rollout_rows` per process).
+any number of processes: one SPMD sampler call over the global mesh on the train state's
+(sharded) params, read in the compute dtype (`Learner.sampling_model`: a copy when that is
+not the parameter dtype), so it adds that copy, its KV cache and its programs' temporaries;
+`--processes P` (a run over P hosts) sets how many rows a call samples
+(`trainer.rollout_rows` per process).
 `resident_terms` lists what stays resident at each named point of a run (after loading, after
 `init_state`, during a rollout, after an update); tests/test_plan_memory.py measures them.
 
