@@ -105,3 +105,33 @@ def warmup_target(view: HostEpisodes, e: int, num_particles: int, rng: np.random
     p = np.round(p, 1)
     p[-1] = round(1.0 - p[:-1].sum(), 1)
     return format_particles(pairs, np.clip(p, 0.0, 1.0), view.labels[e], decimals=1)
+
+
+def task_records(view: HostEpisodes, stride: int) -> list[dict]:
+    """Unlabelled (episode, t) prompts: nothing about the goal is attached."""
+    return [{"episode": e, "t": t} for e, t in timestep_records(view, stride)]
+
+
+class PromptCache:
+    """Renders and encodes (episode, t) prompts, cached (they are revisited every epoch)."""
+
+    def __init__(self, config, codec, view: HostEpisodes):
+        self.render = get_observation(config.mindzero.data.observation)
+        self.n, self.codec, self.view = config.mindzero.data.num_particles, codec, view
+        self.cache: dict[tuple[int, int], list[int]] = {}
+
+    def __call__(self, e: int, t: int) -> list[int]:
+        if (e, t) not in self.cache:
+            self.cache[(e, t)] = self.codec.prompt_ids(self.render(self.view, e, t, self.n))
+        return self.cache[(e, t)]
+
+
+def max_row_len(config, codec, view, completion: int | None = None, quantum: int = 16) -> int:
+    """One packed row length for the whole run (longest prompt + completion budget, default
+    `trainer.max_new_tokens`), so the jitted update compiles once."""
+    d = config.mindzero.data
+    render = get_observation(d.observation)
+    longest = max(len(codec.prompt_ids(render(view, e, t, d.num_particles)))
+                  for e, t in timestep_records(view, d.stride))
+    budget = config.trainer.max_new_tokens if completion is None else completion
+    return int(np.ceil((longest + budget + 1) / quantum) * quantum)

@@ -91,7 +91,7 @@ class VLPrompts:
     picture preprocessed (patches, grid); every picture of a run has one size."""
 
     def __init__(self, config, codec: Codec, view: HostEpisodes, vl: VLConfig):
-        self.text = text_trainer._Prompts(config, codec, view)
+        self.text = text_trainer.PromptCache(config, codec, view)
         self.view, self.vl = view, vl
         self.cell = config.mindzero.data.image_cell_size
         self.cache: dict[tuple[int, int], list[int]] = {}
