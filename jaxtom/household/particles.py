@@ -35,7 +35,7 @@ zero and never an all-zero q that would score 0 in the ELBO).
 
 `format_particles(goals, probs)` writes minified Figure 9 JSON (warm-up targets);
 `to_arrays(results, max_particles)` pads parsed results into q [B, N] / ok [B] arrays and
-goal lists for `jaxtom.household.reward`.
+goal lists for `jaxtom.mindzero.household.reward`.
 """
 
 from __future__ import annotations

@@ -157,7 +157,10 @@ class MindZeroSection:
               "'random', 'approached', 'listed' or 'lead'", w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",
               r.duplicates)
-        check(0 < r.floor < 1, "reward.floor", "a number in (0, 1)", r.floor)
+        check(r.likelihood_floor == RewardConfig.likelihood_floor, "reward.likelihood_floor",
+              f"{RewardConfig.likelihood_floor!r} for a gridworld task (the household's floor "
+              "of likelihood x prior; the gridworld ELBO floors q at reward.q_floor)",
+              r.likelihood_floor)
         e = self.eval
         check(e.episodes >= 1 and e.stride >= 1, "eval.episodes",
               "positive eval.episodes and eval.stride", (e.episodes, e.stride))

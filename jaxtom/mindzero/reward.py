@@ -11,7 +11,7 @@ hypothesis is `num_particles = 1` in the prompt and parser.
 Malformed completions get `format_penalty`. The public code uses the constant log(1e-12) =
 -27.63, but the planner term sums t per-step log-likelihoods floored at log(1e-12) each, so a
 wrong but well-formed guess can score far below -27.63 and a policy would learn to emit junk.
-The default (`format_penalty=None`) is therefore relative: `(t + 1) log(floor)`, strictly below
+The default (`format_penalty=None`) is therefore relative: `(t + 1) log(q_floor)`, strictly below
 the worst well-formed reward for that sample (with a uniform prior and no entropy credit).
 QA (public code): the reward is the summed log-likelihood under the chosen option's goal.
 """
@@ -32,16 +32,26 @@ from jaxtom.gridworld.types import EnvParams
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    """Weights of eq. 4 and the penalty rules (hashable: static under jit)."""
+    """Weights of eq. 4 and the penalty rules of every MindZero task (hashable: static under
+    jit). The two domains floor different quantities, so each has its own named floor: the
+    gridworld's `q_floor` (q and the prior inside their logs, and the unit of its per-step
+    penalty) and the household's `likelihood_floor` (likelihood x prior inside the log, as the
+    public `compute_score_prr_v3`; `jaxtom.mindzero.household.reward`). A task refuses a
+    changed floor it does not use (`MindZeroSection.validate`)."""
     prior_weight: float = 1.0  # 0: "w/o prior modeling"
     entropy_weight: float = 1.0  # 0: "w/o entropy bonus"
-    format_penalty: float | None = None  # None: (t + 1) * log(floor); a float: that constant
-    floor: float = 1e-12  # q floor inside log q, and the penalty's unit
+    # None: the domain's rule, (t + 1) log(q_floor) (gridworld) or log(likelihood_floor) - 1
+    # (household); a float: that constant
+    format_penalty: float | None = None
+    q_floor: float = 1e-12  # gridworld: q (and the prior) floor inside log, the penalty's unit
+    likelihood_floor: float = 1e-10  # household: lik x prior floor inside the log
     duplicates: str = "reject"  # training parse: reject (public code) or merge repeated goals
 
     def __post_init__(self):
-        if not 0.0 < self.floor < 1.0:
-            raise ValueError(f"RewardConfig.floor must be in (0, 1), got {self.floor}")
+        for name in ("q_floor", "likelihood_floor"):
+            value = getattr(self, name)
+            if not 0.0 < value < 1.0:
+                raise ValueError(f"RewardConfig.{name} must be in (0, 1), got {value}")
         if self.prior_weight < 0 or self.entropy_weight < 0:
             raise ValueError("RewardConfig prior_weight and entropy_weight must be >= 0, got "
                              f"{self.prior_weight}, {self.entropy_weight}")
@@ -55,7 +65,7 @@ class RewardConfig:
 def _penalty(num_steps, cfg: RewardConfig):
     if cfg.format_penalty is not None:
         return jnp.full(jnp.shape(num_steps), cfg.format_penalty, jnp.float32)
-    return (jnp.asarray(num_steps, jnp.float32) + 1.0) * math.log(cfg.floor)
+    return (jnp.asarray(num_steps, jnp.float32) + 1.0) * math.log(cfg.q_floor)
 
 
 def elbo_reward(log_lik, goals, q, ok, num_steps, log_prior=None,
@@ -81,9 +91,9 @@ def elbo_reward(log_lik, goals, q, ok, num_steps, log_prior=None,
         prior_term = jnp.where(ok, -math.log(num_goals), 0.0)
     else:
         lp = jnp.broadcast_to(jnp.asarray(log_prior, jnp.float32), log_lik.shape)
-        lp = jnp.maximum(lp, math.log(cfg.floor))  # a zero prior is a floor, not -inf
+        lp = jnp.maximum(lp, math.log(cfg.q_floor))  # a zero prior is a floor, not -inf
         prior_term = jnp.sum(jnp.where(live, q * jnp.take_along_axis(lp, goals, 1), 0.0), 1)
-    entropy = -jnp.sum(jnp.where(live, q * jnp.log(jnp.maximum(q, cfg.floor)), 0.0), axis=1)
+    entropy = -jnp.sum(jnp.where(live, q * jnp.log(jnp.maximum(q, cfg.q_floor)), 0.0), axis=1)
     value = likelihood + cfg.prior_weight * prior_term + cfg.entropy_weight * entropy
     reward = jnp.where(ok, value, _penalty(num_steps, cfg))
     return reward, {"likelihood": likelihood, "prior": prior_term, "entropy": entropy,

@@ -139,3 +139,19 @@ def test_qa_refuses_what_it_cannot_use_in_one_line(field, value):
     assert msg.startswith(f"config error: {field}:") and "'qa'" in msg
     assert "\n" not in msg
     load_config(QA, [f"{field}=0"])  # off is fine
+
+
+@pytest.mark.parametrize("config, field, value", [
+    (GOALS, "mindzero.reward.likelihood_floor", "1e-8"),
+    ("configs/mindzero_household_tiny.py", "mindzero.reward.q_floor", "1e-8"),
+])
+def test_each_domain_refuses_the_other_domains_reward_floor(config, field, value):
+    """One RewardConfig, two named floors: the gridworld floors q (`q_floor`), the household
+    likelihood x prior (`likelihood_floor`); setting the one a domain does not use is a
+    one-line error naming it, and the one it uses is accepted."""
+    with pytest.raises(ConfigError) as err:
+        load_config(config, [f"{field}={value}"])
+    assert field in str(err.value) and "\n" not in str(err.value)
+    other = "q_floor" if "likelihood" in field else "likelihood_floor"
+    assert getattr(load_config(config, [f"mindzero.reward.{other}={value}"]).mindzero.reward,
+                   other) == float(value)

@@ -124,4 +124,4 @@ def test_bad_shapes_raise():
     with pytest.raises(ValueError, match="log_lik"):
         elbo_reward(jnp.zeros(56), jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.ones(1, bool), 1)
     with pytest.raises(ValueError, match="floor"):
-        RewardConfig(floor=0.0)
+        RewardConfig(q_floor=0.0)

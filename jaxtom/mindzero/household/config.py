@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from jaxtom.mindzero.reward import RewardConfig
 from jaxtom.mindzero.config import MindZeroSection
 
 LIKELIHOODS = ("symbolic", "llm")
@@ -68,15 +69,24 @@ class HouseholdMindZero(MindZeroSection):
                               d.task)
         # the shared checks, on the fields the household shares with the gridworld (its
         # goal particles as the goal task's, its questions as the QA task's)
+        # (its reward floors likelihood x prior: `likelihood_floor` is its own, `q_floor` the
+        # gridworld's, refused below)
         MindZeroSection.validate(dataclasses.replace(
             self, data=dataclasses.replace(d, task="goals" if d.task == "household" else "qa",
                                            observation="compact", split="episodes",
-                                           label_set="all")), config)
+                                           label_set="all"),
+            reward=dataclasses.replace(self.reward, likelihood_floor=RewardConfig.likelihood_floor)
+        ), config)
         h = self.household
 
         def check(ok, field, expected, got):
             if not ok:
                 raise ConfigError(f"mindzero.{field}", expected, got)
+
+        check(self.reward.q_floor == RewardConfig.q_floor, "reward.q_floor",
+              f"{RewardConfig.q_floor!r} for a household task (the gridworld's floor of q; the "
+              "household ELBO floors likelihood x prior at reward.likelihood_floor)",
+              self.reward.q_floor)
 
         if config.trainer.explore_temperature:  # its rollout does not explore
             raise ConfigError("trainer.explore_temperature", "0 for mindzero.data.task="
@@ -106,7 +116,6 @@ class HouseholdMindZero(MindZeroSection):
               f"apartments disjoint from the training ones {h.train_apartments}",
               h.test_apartments)
         if d.task == "household_qa":  # its reward is the planner's, with no prior
-            from jaxtom.mindzero.reward import RewardConfig
             for f in dataclasses.fields(RewardConfig):
                 check(getattr(self.reward, f.name) == f.default, f"reward.{f.name}",
                       f"{f.default!r} for mindzero.data.task='household_qa' (its reward, "

@@ -41,7 +41,7 @@ def household_paper_config(name: str, model_dir: str, family: str,
             data=DataSpec(max_steps=200, train_episodes=20, eval_episodes=16,
                           observation="figure", num_particles=10, task="household"),
             warmup=WarmupSpec(steps=warmup_steps, batch_size=32, learning_rate=1e-5),
-            reward=RewardConfig(prior_weight=1.0, entropy_weight=1.0, floor=1e-10,
+            reward=RewardConfig(prior_weight=1.0, entropy_weight=1.0, likelihood_floor=1e-10,
                                 duplicates="merge"),
             eval=EvalSpec(episodes=16, stride=1, assistance=True, seeds=(10, 20, 30),
                           qa_episodes=16),
@@ -74,7 +74,7 @@ def household_tiny_config() -> Config:
                           observation="compact", num_particles=3, task="household"),
             warmup=WarmupSpec(steps=300, batch_size=32, learning_rate=3e-3,
                               teacher="approached", min_distinct=8),
-            reward=RewardConfig(floor=1e-10, duplicates="merge"),
+            reward=RewardConfig(likelihood_floor=1e-10, duplicates="merge"),
             eval=EvalSpec(episodes=32, stride=4, assistance=False),
             household=HouseholdSpec(likelihood="symbolic", prior="symbolic")))
 

@@ -4,7 +4,7 @@ Same two phases as the gridworld (`jaxtom.mindzero.trainer`), household parts pl
 the warm-up is a supervised rollout on the label-free teacher of `jaxtom.household.data`
 (advantage 1: exactly the NLL gradient); SSRL samples `group_size` Figure 9 particle
 completions per (episode, t) prompt, parses them (`particles.parse_particles`, train rule:
-exactly n distinct goals), and rewards them with the ELBO of `household.reward.elbo_reward`:
+exactly n distinct goals), and rewards them with the ELBO of `mindzero.household.reward`:
 
     R = sum_i q_i max(log P(a_0..a_{t-1} | g_i) + w_prior log P(g_i), log 1e-10) + w_H H(q)
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from jaxtom import storage
 from jaxtom.household import data as hd
-from jaxtom.household import reward as hr
+from jaxtom.mindzero.household import reward as hr
 from jaxtom.household.particles import parse_particles, to_arrays
 from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.policy import Codec, train_bpe
@@ -127,12 +127,6 @@ def teacher_budget(config, codec: Codec, episodes, samples: int = 256) -> int:
 
 
 # ---- reward terms --------------------------------------------------------------------------
-def reward_config(config) -> hr.RewardConfig:
-    r = config.mindzero.reward
-    return hr.RewardConfig(prior_weight=r.prior_weight, entropy_weight=r.entropy_weight,
-                           floor=r.floor, format_penalty=r.format_penalty)
-
-
 def option_scorer(config, model=None, codec: Codec | None = None):
     """The LLM estimators' scorer (cached): an HTTP server, or `model` (the policy's frozen
     starting weights) through its tokenizer."""
@@ -253,7 +247,7 @@ class ParticleRollout:
 
     def __init__(self, config, codec: Codec, prompts: Prompts, terms: RewardTerms):
         self.config, self.codec, self.prompts, self.terms = config, codec, prompts, terms
-        self.rcfg = reward_config(config)
+        self.rcfg = config.mindzero.reward
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         c, n = self.config.trainer, self.config.mindzero.data.num_particles
