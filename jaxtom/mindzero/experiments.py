@@ -6,10 +6,9 @@ Paper settings (appendix A.1): lr 1e-6 (constant), weight decay 1e-2, grad clip 
 batch 8 (so `ppo_mini_batches=4` optimizer updates per rollout; the public code's
 `configs/gw_asst.yaml` uses 32 and 32, i.e. `step.ppo_mini_batches=1`), 20 epochs over 1000
 unlabelled episodes unrolled into timesteps, 2 particles, uniform prior. The sampler takes
-128 rows per call (`trainer.rollout_rows`): `jaxtom plan` puts the whole step at 60.9 GiB
-(256 rows) / 44.1 GiB (128) per device for Qwen3-4B / -8B on one 8-GPU host, against 216-226
-GiB when all 1024 rows are prefilled at once.
-"""
+128 rows per call (`trainer.rollout_rows`): `jaxtom plan` puts the whole step at 32.6 GiB
+(Qwen3-4B) / 46.1 GiB (Qwen3-8B) per device on one 8-GPU host, against 164-178 GiB when all
+1024 rows are prefilled at once (2026-12-05; launch/README.md has the table)."""
 
 import dataclasses
 import os
