@@ -31,7 +31,7 @@ def test_visible_is_the_training_forwards_mask():
     np.testing.assert_array_equal(blockwise.visible(meta, meta), row_mask(batch))
 
 
-@pytest.mark.parametrize("block", [16, 37, 150, 512])  # several blocks, ragged, one, > T
+@pytest.mark.parametrize("block", [37, 512])  # several ragged blocks; one block larger than T
 def test_values_and_gradients_equal_dense_attention(block):
     batch = shared_prompt_row()
     meta, mask = batch_meta(batch), row_mask(batch)
