@@ -1,6 +1,8 @@
 """GRPO update-step time and peak memory: jaxtom's Learner vs tunix's GRPO loss + optimizer.
 
-Both sides train the same random Qwen3 checkpoint (written by transformers) on the same
+Both sides train the same random Qwen3 checkpoint (written by transformers, RoPE base 1e6:
+what tunix 0.1.7's Qwen3 computes with whatever its config says; `parity.py` checks the two
+sides' teacher-forced log-probs and gradient norm agree before anything is timed) on the same
 samples, on-policy, reference log-probs given, KL coefficient 0.01, clip 0.2, global-norm clip
 1.0, AdamW, with the same objective (tunix set to jaxtom's token-mean aggregation and clamped
 k3 KL; each side's first loss is printed). tunix's side is what its GRPOLearner's trainer runs

@@ -1,7 +1,9 @@
 """Decode throughput: jaxtom's jitted KV-cache sampler vs transformers generate (and tunix).
 
 All samplers run greedy decoding of the same tiny random Qwen3 checkpoint (written once by
-transformers), the same batch, prompt and generation lengths, in this one process. Timings
+transformers, RoPE base 1e6 as tunix's Qwen3 assumes; `parity.py` checks first that every side
+scores the same tokens with the same log-probs), the same batch, prompt and generation lengths,
+in this one process. Timings
 are medians over repeats after a warm-up (compilation excluded for every side); the sides'
 repeats alternate, so load from other processes on a shared machine hits them alike. The
 last line is one JSON object.
