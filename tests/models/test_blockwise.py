@@ -16,7 +16,8 @@ import pytest
 
 from jaxtom.models import attention, blockwise, decoder, init_decoder
 from jaxtom.plan import xla_memory
-from tests.models.test_query_blocks import CFG, row_mask, shared_prompt_row
+from tests.models.test_query_blocks import (CFG, assert_same_forward, packed_forward,
+                                             row_mask, shared_prompt_row)
 from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close
 
 
@@ -59,23 +60,12 @@ def test_values_and_gradients_equal_dense_attention(block):
 
 def test_decoder_blockwise_equals_dense_on_packed_rows():
     batch = shared_prompt_row()
-    args = (jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
-            jnp.asarray(batch.segment_ids))
-    kw = {"parent_ids": jnp.asarray(batch.parent_ids)}
 
     def run(mode):
-        cfg = CFG.replace(attention=mode, attention_block=32)
-        model = init_decoder(cfg, seed=3)
-        logits = model(*args, **kw)
-        grads = jax.grad(lambda m: jnp.sum(m(*args, **kw)[..., :8] ** 2))(model)
-        return logits, jax.tree.leaves(grads)
+        return packed_forward(init_decoder(CFG.replace(attention=mode, attention_block=32),
+                                           seed=3), batch)
 
-    blocked, dense = run("blockwise"), run("dense")
-    T = batch.tokens.shape[1]
-    red, depth = decoder_reduction(CFG, T), decoder_depth(CFG)
-    assert_close(blocked[0], dense[0], reduction=red, depth=depth)
-    for a, b in zip(blocked[1], dense[1]):
-        assert_close(a, b, reduction=red, depth=2 * depth)
+    assert_same_forward(run("blockwise"), run("dense"), batch.tokens.shape[1])
 
 
 def test_auto_switches_to_blockwise_only_for_long_rows():

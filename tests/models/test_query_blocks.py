@@ -86,27 +86,32 @@ def test_causal_attention_equals_full_attention_values_and_gradients():
         assert_close(a, b, reduction=4 * T + 16, depth=2)
 
 
-def test_decoder_forward_equals_unblocked_on_packed_rows(monkeypatch):
-    batch = shared_prompt_row()
-    model = init_decoder(CFG, seed=3)
+def packed_forward(model, batch):
+    """(logits, gradient leaves) of `model` on a packed shared-prompt row (`shared_prompt_row`):
+    what two attention paths must agree on."""
     args = (jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
             jnp.asarray(batch.segment_ids))
     kw = {"parent_ids": jnp.asarray(batch.parent_ids)}
+    logits = model(*args, **kw)
+    grads = jax.grad(lambda m: jnp.sum(m(*args, **kw)[..., :8] ** 2))(model)
+    return logits, jax.tree.leaves(grads)
 
-    def run():
-        logits = model(*args, **kw)
-        grads = jax.grad(lambda m: jnp.sum(m(*args, **kw)[..., :8] ** 2))(model)
-        return logits, jax.tree.leaves(grads)
 
-    blocked = run()
+def assert_same_forward(got, want, length: int) -> None:
+    """`packed_forward` results equal to float32 rounding (tolerances from CFG's depth)."""
+    red, depth = decoder_reduction(CFG, length), decoder_depth(CFG)
+    assert_close(got[0], want[0], reduction=red, depth=depth)
+    for a, b in zip(got[1], want[1]):
+        assert_close(a, b, reduction=red, depth=2 * depth)
+
+
+def test_decoder_forward_equals_unblocked_on_packed_rows(monkeypatch):
+    batch = shared_prompt_row()
+    model = init_decoder(CFG, seed=3)
+    blocked = packed_forward(model, batch)
     monkeypatch.setattr(attention, "QUERY_BLOCK", 10**6)  # one block: full attention
     assert len(attention.query_blocks(150)) == 1
-    full = run()
-    T = batch.tokens.shape[1]
-    red, depth = decoder_reduction(CFG, T), decoder_depth(CFG)
-    assert_close(blocked[0], full[0], reduction=red, depth=depth)
-    for a, b in zip(blocked[1], full[1]):
-        assert_close(a, b, reduction=red, depth=2 * depth)
+    assert_same_forward(blocked, packed_forward(model, batch), batch.tokens.shape[1])
 
 
 def test_no_full_score_matrix_is_formed():
