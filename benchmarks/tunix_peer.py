@@ -28,8 +28,9 @@ class IdTokenizer:
         return 0
 
 
-def tunix_greedy(path, prompts, gen_len):
-    """A zero-argument callable running tunix greedy decoding; returns [batch, gen_len]."""
+def tunix_greedy(path, prompts, gen_len, eos: int = -1):
+    """A zero-argument callable running tunix greedy decoding; returns [batch, gen_len]
+    (rows that stop at `eos` are padded with it after their end)."""
     from tunix.generate.sampler import CacheConfig, Sampler
 
     try:
@@ -45,7 +46,8 @@ def tunix_greedy(path, prompts, gen_len):
 
     def run():
         out = sampler(texts, max_generation_steps=gen_len, max_prompt_length=prompt_len,
-                      temperature=0.0, eos_tokens=[-1])
-        return np.stack([np.asarray(t)[:gen_len] for t in out.tokens])
+                      temperature=0.0, eos_tokens=[eos])
+        rows = [np.asarray(t)[:gen_len] for t in out.tokens]
+        return np.stack([np.pad(r, (0, gen_len - len(r)), constant_values=eos) for r in rows])
 
     return run

@@ -113,7 +113,8 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
               "stop_tables": sds((0, 1, mcfg.vocab_size), jnp.int16),
               "explore_after": sds((bucket(max(1, len(t.explore_after)), 4),), jnp.int32),
               "explore_temperature": sds((), jnp.float32),
-              "explore_tokens": sds((bucket(max(1, len(t.explore_tokens)), 4),), jnp.int32)}
+              "explore_tokens": sds((bucket(max(1, len(t.explore_tokens)), 4),), jnp.int32),
+              "stop_step": sds((), jnp.int32)}
 
     def build(cls, known):
         names = ([f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls)

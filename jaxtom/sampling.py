@@ -55,7 +55,7 @@ class GenerationResult(NamedTuple):
     lengths: np.ndarray  # [batch] new tokens per row, stop token included
     finished: np.ndarray  # [batch] bool: a stop id or string ended the row
     texts: list[str] | None  # decoded new text (cut after the stop string) if a tokenizer
-    state: ResumeState
+    state: ResumeState | None  # None after `generate(compact=True)`
     steps: int = 0  # loop iterations run, first token included: max(lengths), so below
     # max_new_tokens when every row stopped early (the loop exits then)
 
@@ -125,7 +125,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
              buffer_len: int | None = None, explore_after: Sequence[int] = (),
              explore_temperature: float = 1.0,
              explore_tokens: Sequence[int] = (),
-             share_prefill: bool = True) -> GenerationResult:
+             share_prefill: bool = True, compact: bool = False) -> GenerationResult:
     """Generates up to `max_new_tokens` per prompt; temperature <= 0 means greedy.
 
     `prompts` are token-id lists (or strings with `tokenizer=`); with `resume=` they are the
@@ -154,6 +154,11 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
 
     `share_prefill`: rows whose prompts are equal (a GRPO group's samples) are prefilled
     once and start from copies of that cache (not on resume, where caches differ per row).
+
+    `compact`: decode in segments that drop finished rows and attend over the slots in use
+    (`jaxtom.sampling_segments`): a ragged batch then costs about its rows' own lengths, not
+    its longest row's in every row. The same tokens; the result's `state` is None, since the
+    cache no longer holds every row (resuming callers keep the default).
     """
     cfg = model.config
     if max_new_tokens < 1:
@@ -271,18 +276,29 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         key=np.asarray(jax.random.key_data(key)), max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
         top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
         stop_tables=tables, explore_after=explore_arr,
-        explore_temperature=np.float32(explore_temperature), explore_tokens=choices_arr)
+        explore_temperature=np.float32(explore_temperature), explore_tokens=choices_arr,
+        stop_step=np.int32(max_new_tokens))
     if mesh is not None:
         # placed explicitly: a program over a mesh accepts no host arrays when the mesh
         # spans several processes (each of which passes these same values)
         chunk, inputs = jax.device_put((chunk, inputs), input_shardings(mesh))
     cache, state = prefill(params, cache, chunk, inputs)
-    if max_new_tokens > 1:  # else the loop would not run: no decode program to compile
-        cache, state = decode(params, cache, state, inputs)
-    out_tok, out_lp, n_gen, finished, lengths, pending, steps = (
-        parallel.host_value(x) for x in (state.tokens, state.logprobs, state.n_new,
-                                         state.finished, state.lengths, state.token,
-                                         state.step))
+    if compact and max_new_tokens > 1:
+        from jaxtom.sampling_segments import decode_segments
+        multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+        out = decode_segments(decode, params, cache, state, inputs, n_real=n_real,
+                              max_new=max_new_tokens, multiple=multiple, mesh=mesh)
+        out_tok, out_lp, n_gen, finished, lengths, pending, steps = (
+            out[k] for k in ("tokens", "logprobs", "n_new", "finished", "lengths", "token",
+                             "steps"))
+        cache = None
+    else:
+        if max_new_tokens > 1:  # else the loop would not run: no decode program to compile
+            cache, state = decode(params, cache, state, inputs)
+        out_tok, out_lp, n_gen, finished, lengths, pending, steps = (
+            parallel.host_value(x) for x in (state.tokens, state.logprobs, state.n_new,
+                                             state.finished, state.lengths, state.token,
+                                             state.step))
     out_tok = np.asarray(out_tok[:n_real, :max_new_tokens])
     n_gen = np.asarray(n_gen[:n_real])
     texts = None
@@ -292,7 +308,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
             text = tokenizer.decode(row[:n].tolist())
             end = find_stop(text, stop_strs)
             texts.append(text if end is None else text[:end])
-    new_state = ResumeState(cache, np.asarray(lengths[:n_real]), np.asarray(pending[:n_real]))
+    new_state = None if cache is None else ResumeState(
+        cache, np.asarray(lengths[:n_real]), np.asarray(pending[:n_real]))
     return GenerationResult(out_tok, np.asarray(out_lp[:n_real, :max_new_tokens]), n_gen,
                             np.asarray(finished[:n_real]), texts, new_state, int(steps))
 

@@ -76,6 +76,8 @@ class SamplingInputs(NamedTuple):
     explore_after: jax.Array  # [m] int32, -1 padded: the token after one of these is drawn
     explore_temperature: jax.Array  # at this temperature instead (see `generate`),
     explore_tokens: jax.Array  # [k] int32, -1 padded: from these ids only (all if none)
+    stop_step: jax.Array  # [] int32: the decode loop pauses before this step (a segment's
+    # end, so the host can drop finished rows); rows are not marked done by it
 
 
 def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
@@ -211,7 +213,7 @@ def _decode(graphdef, config: LoopConfig, params, cache: KVCache, state: LoopSta
     pad = config.pad_id
 
     def cond(s: LoopState):
-        return (s.step < inp.max_new) & ~jnp.all(s.done)
+        return (s.step < jnp.minimum(inp.max_new, inp.stop_step)) & ~jnp.all(s.done)
 
     def body(s: LoopState) -> LoopState:
         logits, ks, vs = model.forward_layers_cached(s.token[:, None], s.keys, s.values,
@@ -254,14 +256,9 @@ def programs(graphdef, config: LoopConfig, mesh, params):
             _COMPILED[key] = (jax.jit(prefill, donate_argnums=(1,)),
                               jax.jit(decode, donate_argnums=(1, 2)))
         else:
-            rep = NamedSharding(mesh, PartitionSpec())
-            row = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
-            mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
             cache = cache_sharding(mesh)
             params_sh = jax.tree.map(lambda x: x.sharding, params)
-            state = LoopState(step=rep, keys=(), values=(),
-                              lengths=row, token=row, done=row, finished=row, stop_state=mat,
-                              tokens=mat, logprobs=mat, n_new=row)
+            state = state_sharding(mesh)
             chunk, inputs = input_shardings(mesh)
             _COMPILED[key] = (
                 jax.jit(prefill, donate_argnums=(1,),
@@ -282,7 +279,16 @@ def input_shardings(mesh: Mesh) -> tuple[PromptChunk, SamplingInputs]:
     return (PromptChunk(tokens=mat, chunk_lens=row, starts=row, active=row, source=row),
             SamplingInputs(row_ids=row, key=rep, max_new=rep, temperature=rep, top_k=rep,
                            top_p=rep, stop_ids=rep, stop_tables=rep, explore_after=rep,
-                           explore_temperature=rep, explore_tokens=rep))
+                           explore_temperature=rep, explore_tokens=rep, stop_step=rep))
+
+
+def state_sharding(mesh: Mesh) -> LoopState:
+    """Where the decode loop's state lives: rows over the batch axes, the step replicated."""
+    rep = NamedSharding(mesh, PartitionSpec())
+    row = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES))
+    mat = NamedSharding(mesh, PartitionSpec(parallel.BATCH_AXES, None))
+    return LoopState(step=rep, keys=(), values=(), lengths=row, token=row, done=row,
+                     finished=row, stop_state=mat, tokens=mat, logprobs=mat, n_new=row)
 
 
 def cache_sharding(mesh: Mesh) -> NamedSharding:

@@ -49,25 +49,32 @@ SCRIPT = textwrap.dedent("""
                  initializer_range=0.15)
     ids = np.random.default_rng(0).integers(0, 256, (8, 12))
     prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+    ragged = [list(range(1, 2 + i)) for i in range(16)]
 
-    def run(mesh):
+    def run(mesh, compact=False):
         model = models.from_pretrained(path, mesh=mesh)
         logits = np.asarray(model(ids))
         greedy = sampling.generate(model, prompts, max_new_tokens=10, temperature=0.0)
         sampled = sampling.generate(model, prompts, max_new_tokens=10, temperature=1.0,
                                     key=jax.random.key(3))
-        return model, logits, greedy.tokens, sampled.tokens
+        # rows stopping at token 7 anywhere in 70 steps, finished rows dropped every 32
+        long = sampling.generate(model, ragged, max_new_tokens=70, temperature=1.0,
+                                 key=jax.random.key(4), stop=[7], compact=compact)
+        return model, logits, greedy.tokens, sampled.tokens, long.tokens
 
-    _, ref_logits, ref_greedy, ref_sampled = run(None)
-    out = {"max_abs_logit": float(np.abs(ref_logits).max())}
+    _, ref_logits, ref_greedy, ref_sampled, ref_long = run(None)
+    out = {"max_abs_logit": float(np.abs(ref_logits).max()),
+           "ragged_lengths": sorted({int((r != 0).sum()) for r in ref_long})}
     for shape in [(8, 1, 1), (2, 4, 1), (1, 2, 4), (2, 2, 2)]:
         mesh = parallel.make_mesh(*shape)
-        model, logits, greedy, sampled = run(mesh)
+        compact = shape in [(8, 1, 1), (2, 2, 2)]  # against the single loop on one device
+        model, logits, greedy, sampled, long = run(mesh, compact=compact)
         q_spec = model.layers.q_proj[...].sharding.spec
         out[str(shape)] = dict(
             max_diff=float(np.abs(logits - ref_logits).max()),
             greedy_equal=bool(np.array_equal(greedy, ref_greedy)),
             sampled_equal=bool(np.array_equal(sampled, ref_sampled)),
+            long_equal=bool(np.array_equal(long, ref_long)),
             q_spec=str(q_spec),
             q_shards=len({d.id for d in model.layers.q_proj[...].sharding.device_set}))
     try:
@@ -96,7 +103,8 @@ def test_sharded_forward_and_generation_equal_single_device():
     for shape in ["(8, 1, 1)", "(2, 4, 1)", "(1, 2, 4)", "(2, 2, 2)"]:
         r = out[shape]
         assert r["max_diff"] <= tol, (shape, tol, r)
-        assert r["greedy_equal"] and r["sampled_equal"], (shape, r)
+        assert r["greedy_equal"] and r["sampled_equal"] and r["long_equal"], (shape, r)
+    assert len(out["ragged_lengths"]) > 3, out  # rows stop at many different steps
     assert "tensor" in out["(1, 2, 4)"]["q_spec"] and "fsdp" in out["(1, 2, 4)"]["q_spec"]
     assert out["(2, 2, 2)"]["q_shards"] == 8
     assert out["max_abs_logit"] > 0.5  # logits large enough for the tolerance to mean something

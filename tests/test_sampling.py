@@ -349,3 +349,34 @@ def test_explore_temperature_applies_only_after_marker_tokens(qwen):
         sampling.generate(model, [[1]], **kw, explore_after=[256])
     with pytest.raises(ValueError, match="explore_tokens ids must lie"):
         sampling.generate(model, [[1]], **kw, explore_after=[1], explore_tokens=[-2])
+
+
+def test_compacted_decoding_drops_finished_rows_and_keeps_every_token(qwen, monkeypatch):
+    """`compact=True` on a ragged batch (rows stopping anywhere in 100 steps, a GRPO group's
+    equal prompts among them, global row ids): the same tokens, lengths and stops as the
+    single loop, log-probs equal to float32 rounding, and the loop really ran on fewer rows
+    and on a cut cache."""
+    from jaxtom import sampling_segments
+    model, _ = qwen
+    prompts = [[5 + i, 6, 7 + 2 * i] for i in range(10)] + [[40, 41, 42]] * 6
+    kw = dict(max_new_tokens=100, temperature=1.0, key=jax.random.key(5),
+              row_ids=np.arange(100, 116))
+    probe = sampling.generate(model, prompts, **kw)
+    stop = int(np.bincount(probe.tokens[:, :40].ravel()).argmax())  # a token rows emit early
+    seen = []
+    regroup = sampling_segments._regroup
+    monkeypatch.setattr(sampling_segments, "_regroup", lambda cache, state, index, keep, slots: (
+        seen.append((len(index), slots)) or regroup(cache, state, index, keep, slots)))
+    single = sampling.generate(model, prompts, stop=[stop], **kw)
+    compact = sampling.generate(model, prompts, stop=[stop], compact=True, **kw)
+    assert len(set(single.lengths.tolist())) > 4  # ragged
+    np.testing.assert_array_equal(compact.tokens, single.tokens)
+    np.testing.assert_array_equal(compact.lengths, single.lengths)
+    np.testing.assert_array_equal(compact.finished, single.finished)
+    assert compact.steps == single.steps and compact.state is None
+    tol = logprob_tol(model, 128, [p + s for p, s in zip(prompts, single.sequences())],
+                      single.logprobs)
+    np.testing.assert_allclose(compact.logprobs, single.logprobs, atol=tol, rtol=0)
+    full = single.state.cache.k.shape[CACHE_SEQ_AXIS]
+    assert min(rows for rows, _ in seen) < len(prompts), seen  # finished rows were dropped
+    assert min(slots for _, slots in seen) < full, (seen, full)  # attends over fewer slots

@@ -76,6 +76,9 @@ class CToMSettings:
         if config.trainer.share_prompts:
             raise ConfigError("trainer.share_prompts", "false for a CToM config (its "
                               "conversations pack their own rows)", True)
+        if config.trainer.compact_rows:
+            raise ConfigError("trainer.compact_rows", "false for a CToM config (the "
+                              "controller resumes each conversation from its kept cache)", True)
         if config.trainer.explore_temperature:
             raise ConfigError("trainer.explore_temperature", "0 for a CToM config (the "
                               "controller's sampler has no exploration point)",

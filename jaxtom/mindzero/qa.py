@@ -32,7 +32,7 @@ from jaxtom.mindzero.observation import HostEpisodes, phase_start
 from jaxtom.mindzero.reward import RewardConfig, qa_reward
 from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.losses import group_advantages
-from jaxtom.rl.trainer import Rollout, completion_rows, sample_rows
+from jaxtom.rl.trainer import Rollout, compact_kwargs, completion_rows, sample_rows
 
 KINDS = {1: "pick", 2: "place", 3: "place_carried"}  # question type -> gridworld.text kind
 COMPACT_KIND = {1: "pick", 2: "place", 3: "carry"}
@@ -250,7 +250,8 @@ class QARollout:
         completions = self.prompts.generate_rows(
             model, index, sample_rows(tasks, G), key=key, max_new_tokens=c.max_new_tokens,
             temperature=c.temperature, top_p=c.top_p, stop=list(self.codec.eos_ids),
-            pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+            pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
+            **compact_kwargs(c))
         texts = [self.codec.decode(s) for s in completions]
         choice = np.array([self.parse(x, self.prompts.labels(i)) for x, i in zip(texts, index)])
         qs = [self.prompts.questions[i] for i in index]

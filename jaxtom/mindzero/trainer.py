@@ -30,7 +30,8 @@ from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
 from jaxtom.models import add_lora, from_pretrained, init_decoder
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.trainer import Rollout, Trainer, completion_rows, explore_kwargs, sample_rows
+from jaxtom.rl.trainer import (Rollout, Trainer, compact_kwargs, completion_rows, explore_kwargs,
+                               sample_rows)
 from jaxtom.tokenizer import Tokenizer
 from jaxtom.mindzero.data import PromptCache, max_row_len, task_records  # noqa: F401
 from jaxtom.mindzero.model_io import restore_params, save_model  # noqa: F401
@@ -180,7 +181,7 @@ class ParticleRollout:
         written at p 1.0, so there is no split to explore (and its tokenizer may have no
         "0." token at all)."""
         if self.config.mindzero.data.num_particles < 2:
-            return {}
+            return compact_kwargs(self.config.trainer)
         return explore_kwargs(self.config.trainer, *self.codec.probability_markers)
 
     def generate(self, model, prompts, tasks, key) -> list[list[int]]:

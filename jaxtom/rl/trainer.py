@@ -55,6 +55,12 @@ class TrainerConfig:
     explore_after: tuple[int, ...] = ()
     explore_tokens: tuple[int, ...] = ()
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
+    # decode in segments that drop finished rows and attend over the cache slots in use
+    # (`sampling.generate(compact=True)`): a ragged batch (completions of 16-512 tokens) then
+    # costs its rows' own lengths, 1.9x fewer decode steps at the papers' lengths
+    # (benchmarks/sampling_ragged.py). The same tokens, logits equal to float32 rounding;
+    # off in the CPU defaults, whose fixed-format completions barely differ in length
+    compact_rows: bool = False
     row_len: int = 64  # tokens per packed row
     num_rows: int = 0  # rows per batch (all processes); 0: one sequence per row
     # pack each group's prompt once before its samples (`pack_shared_prompts`): the same
@@ -114,18 +120,26 @@ def completion_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequ
     return seqs, masks
 
 
+def compact_kwargs(cfg: TrainerConfig) -> dict:
+    """The sampler's row-compaction argument for `cfg` (`TrainerConfig.compact_rows`)."""
+    return {"compact": True} if cfg.compact_rows else {}
+
+
 def explore_kwargs(cfg: TrainerConfig, markers: Sequence[int] | None = None,
                    choices: Sequence[int] | None = None) -> dict:
-    """The sampler's exploration arguments for `cfg` (none when it is off); `markers` and
-    `choices` replace `cfg.explore_after` and `cfg.explore_tokens`."""
+    """The sampler's rollout arguments for `cfg`: row compaction (`compact_rows`) and
+    exploration (none when it is off); `markers` and `choices` replace `cfg.explore_after`
+    and `cfg.explore_tokens`."""
+    compact = compact_kwargs(cfg)
     if cfg.explore_temperature <= 0:
-        return {}
+        return compact
     ids = tuple(cfg.explore_after if markers is None else markers)
     if not ids:
         raise ValueError("trainer.explore_temperature > 0 needs marker tokens "
                          "(trainer.explore_after), found none")
     return {"explore_after": ids, "explore_temperature": cfg.explore_temperature,
-            "explore_tokens": tuple(cfg.explore_tokens if choices is None else choices)}
+            "explore_tokens": tuple(cfg.explore_tokens if choices is None else choices),
+            **compact}
 
 
 def sample_rows(tasks: Sequence[dict], group_size: int) -> np.ndarray:

@@ -45,7 +45,7 @@ from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.policy import Codec, train_bpe
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.trainer import Rollout, completion_rows, sample_rows
+from jaxtom.rl.trainer import Rollout, compact_kwargs, completion_rows, sample_rows
 
 
 # ---- model and tokenizer -------------------------------------------------------------------
@@ -260,7 +260,8 @@ class ParticleRollout:
         completions = generate_rows(model, prompts, sample_rows(tasks, G), key=key,
                                     max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                                     top_p=c.top_p, stop=list(self.codec.eos_ids),
-                                    pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows)
+                                    pad_id=self.codec.pad_id, rows_per_call=c.rollout_rows,
+                                    **compact_kwargs(c))
         texts = [self.codec.decode(s) for s in completions]
         parsed = [parse_particles(x, mode="train", num_particles=n,
                                   duplicates=self.config.mindzero.reward.duplicates)

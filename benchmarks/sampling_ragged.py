@@ -1,0 +1,179 @@
+"""Ragged GRPO-shaped decoding: completions that stop at EOS anywhere from 16 to 512 tokens.
+
+A GRPO rollout's completions end at very different lengths. A sampler that runs one loop
+over a fixed batch pays for the longest row in every row; jaxtom's `generate(compact=True)`
+drops finished rows every 32 steps and attends over the cache slots in use
+(`jaxtom.sampling_segments`). This measures, in one process and alternating the sides'
+repeats, greedy decoding of the same tiny random Qwen3 checkpoint (`sampling.py`'s, RoPE base
+1e6) with one EOS id by: jaxtom compacting, jaxtom's single loop (so the work avoided is
+reported apart from the kernels), transformers `generate` and tunix's vanilla sampler.
+
+The batch is declared before anything is timed: target lengths drawn uniformly from
+16..512 (seed 0); from 512 random prompts decoded greedily once, the EOS id is the token
+whose first occurrence best matches the targets, and each row gets the unused prompt whose
+first EOS lies nearest its target. Every side must then produce the same greedy tokens up
+to each row's EOS (checked) and score the same tokens with the same log-probs
+(`parity.py`). The last line is one JSON object.
+
+    python benchmarks/sampling_ragged.py [--batch 16 --max-len 512 --repeats 3 --threads 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+
+import numpy as np
+
+try:
+    from benchmarks import sampling as base
+except ImportError:  # run as a script from benchmarks/
+    import sampling as base
+
+CANDIDATES = 512  # random prompts decoded once to find ragged EOS positions
+
+
+def first_hits(tokens: np.ndarray, token: int) -> np.ndarray:
+    """[rows] 1-based position of the first `token` in each row (0 if absent)."""
+    hit = tokens == token
+    return np.where(hit.any(1), hit.argmax(1) + 1, 0)
+
+
+def ragged_batch(model, batch: int, prompt_len: int, max_len: int, vocab: int, seed: int = 0):
+    """(prompts, eos id, target lengths, lengths): rows whose greedy continuation first
+    emits `eos` near lengths drawn uniformly from 16..max_len."""
+    from jaxtom import sampling
+    rng = np.random.default_rng(seed)
+    targets = np.sort(rng.integers(16, max_len + 1, batch))
+    pool = rng.integers(1, vocab, (CANDIDATES, prompt_len))
+    out = sampling.generate(model, pool.tolist(), max_new_tokens=max_len, temperature=0.0,
+                            stop_at_eos=False)
+    best = None
+    for token in np.unique(out.tokens):
+        hits = first_hits(out.tokens, int(token))
+        free, lengths, rows = set(np.flatnonzero(hits)), [], []
+        for target in targets:
+            if not free:
+                break
+            row = min(free, key=lambda r: abs(int(hits[r]) - int(target)))
+            free.discard(row)
+            rows.append(row)
+            lengths.append(int(hits[row]))
+        if len(rows) < batch:
+            continue
+        err = float(np.mean(np.abs(np.array(lengths) - targets)))
+        if best is None or err < best[0]:
+            best = (err, int(token), rows, lengths)
+    if best is None:
+        raise SystemExit("no token id gives a ragged batch; try another --seed")
+    _, eos, rows, lengths = best
+    return pool[rows].tolist(), eos, targets, np.array(lengths)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--max-len", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    threads = base.set_threads(args.threads, 0)  # before JAX starts
+    print(f"threads: {threads}")
+
+    import torch
+
+    from jaxtom import models, sampling
+    from jaxtom.models.tiny import save_tiny_hf
+
+    path = tempfile.mkdtemp(prefix="bench-qwen3-")
+    torch_model = save_tiny_hf(path, "qwen3", **base.CONFIG)
+    model = models.from_pretrained(path)
+    prompts, eos, targets, lengths = ragged_batch(model, args.batch, args.prompt_len,
+                                                  args.max_len, base.CONFIG["vocab_size"])
+    print(f"tiny Qwen3 {base.CONFIG}; batch={args.batch} prompt={args.prompt_len}, EOS id {eos}, "
+          f"row lengths {lengths.tolist()} (targets {targets.tolist()}); useful tokens "
+          f"{int(lengths.sum())} of {args.batch * int(lengths.max())} a single loop computes")
+
+    def jaxtom_side(compact):
+        def run():
+            return sampling.generate(model, prompts, max_new_tokens=args.max_len,
+                                     temperature=0.0, stop=[eos], stop_at_eos=False,
+                                     compact=compact)
+        return run, run()
+
+    run_compact, compact_out = jaxtom_side(True)
+    run_loop, loop_out = jaxtom_side(False)
+    ids = torch.tensor(prompts)
+    torch_model.generation_config.eos_token_id = None
+
+    def run_hf():
+        with torch.no_grad():
+            return torch_model.generate(ids, max_new_tokens=args.max_len, do_sample=False,
+                                        eos_token_id=eos, pad_token_id=eos)
+
+    hf_tokens = run_hf()[:, ids.shape[1]:].numpy()
+    run_tunix, tunix_tokens, missing = None, None, None
+    try:
+        try:
+            from benchmarks.tunix_peer import tunix_greedy
+        except ImportError:
+            from tunix_peer import tunix_greedy
+        run_tunix = tunix_greedy(path, prompts, args.max_len, eos=eos)
+        tunix_tokens = run_tunix()
+    except ImportError as err:
+        missing = f"google-tunix not installed ({err})"
+
+    def upto_eos(tokens):
+        rows = []
+        for row in np.asarray(tokens):
+            hit = np.flatnonzero(row == eos)
+            rows.append(row[:hit[0] + 1 if hit.size else len(row)].tolist())
+        return rows
+
+    ours = upto_eos(compact_out.tokens)
+    equal = {"jaxtom_single_loop": ours == upto_eos(loop_out.tokens),
+             "transformers": ours == upto_eos(hf_tokens)}
+    if tunix_tokens is not None:
+        equal["tunix"] = ours == upto_eos(tunix_tokens)
+    assert [len(r) for r in ours] == lengths.tolist(), "jaxtom's rows did not stop at the EOS"
+    print(f"greedy rows equal to jaxtom's (compacting): {equal}")
+
+    names = ["jaxtom", "jaxtom_single_loop", "transformers"] + (["tunix"] if run_tunix else [])
+    fns = [run_compact, run_loop, run_hf] + ([run_tunix] if run_tunix else [])
+    times = dict(zip(names, base.timed(fns, args.repeats, names)))
+    useful = int(lengths.sum())
+    parity = base.parity_module()
+    check = np.random.default_rng(7).integers(1, base.CONFIG["vocab_size"], (4, 96))
+    mine = parity.jaxtom_side(model, check)
+    same = {"transformers": parity.compare(mine, parity.transformers_side(torch_model, check),
+                                           "transformers")}
+    if run_tunix:
+        same["tunix"] = parity.compare(mine, parity.tunix_side(parity.tunix_qwen3(path)[0],
+                                                               check), "tunix")
+    for peer, figures in same.items():
+        parity.check(figures, peer)
+    result = {"threads": threads, "batch": args.batch, "max_len": args.max_len, "eos": eos,
+              "lengths": lengths.tolist(), "useful_tokens": useful,
+              "single_loop_tokens": args.batch * int(lengths.max()),
+              "greedy_rows_equal": equal, "parity": same,
+              "logprob_max_abs_diff": max(f["logprob_max_abs_diff"] for f in same.values()),
+              "seconds": times,
+              "tokens_per_s": {k: useful / t for k, t in times.items()},
+              "work_avoided_speedup": times["jaxtom_single_loop"] / times["jaxtom"],
+              "speedup_vs_transformers": times["transformers"] / times["jaxtom"]}
+    if run_tunix:
+        result["speedup_vs_tunix"] = times["tunix"] / times["jaxtom"]
+    else:
+        result["tunix"] = missing
+    for name, t in times.items():
+        print(f"{name:20s} {useful / t:10.1f} useful tok/s ({t:.2f} s)  jaxtom's speedup "
+              f"{t / times['jaxtom']:.2f}x")
+    result["cores_busy"] = base.cores_busy()
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Decoding in segments that drop finished rows and attend over the cache slots in use.
+
+One `while_loop` over a fixed batch keeps computing rows that have already stopped and
+attends over every slot of the cache bucket, so a ragged GRPO batch (completions of 16 to
+512 tokens) pays for its longest row in every row. Here the decode loop pauses every
+`SEGMENT` steps (`SamplingInputs.stop_step`, a run-time value: no recompile); the host then
+keeps only the rows still going, gathered into the smallest row bucket that holds them once
+that at least halves the batch, and a cache cut to the power-of-two slot count the next
+segment can reach. Each row keeps its id (so its key), its cache and its output buffer, so
+the tokens are the ones the single loop draws; logits may differ in the last bits (sums
+over a different number of masked slots or rows).
+
+Programs: one decode per (row bucket, slot bucket) met, each a halving or a power of two, so
+a batch of B rows and S slots compiles at most log2(B) x log2(S / 64) of them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtom import parallel
+from jaxtom.models.decoder import CACHE_SEQ_AXIS, KVCache
+
+SEGMENT = 32  # decode steps between the host's looks at which rows are still going
+MIN_SLOTS = 64
+
+
+def slot_bucket(needed: int, full: int) -> int:
+    """The power of two (from 64) of slots a segment needs, never above the full cache."""
+    size = MIN_SLOTS
+    while size < needed:
+        size *= 2
+    return min(size, full)
+
+
+def _fit_slots(x: jax.Array, slots: int) -> jax.Array:
+    have = x.shape[CACHE_SEQ_AXIS]
+    if have >= slots:
+        return jax.lax.slice_in_dim(x, 0, slots, axis=CACHE_SEQ_AXIS)
+    pad = [(0, 0)] * x.ndim
+    pad[CACHE_SEQ_AXIS] = (0, slots - have)
+    return jnp.pad(x, pad)
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _regroup(cache: KVCache, state, index, keep, slots: int):
+    """Rows `index` of the cache and loop state (padding rows: `keep` False, marked done),
+    with the cache cut or padded to `slots`."""
+    take = lambda x: jnp.take(x, index, axis=0)  # noqa: E731
+    cache = KVCache(_fit_slots(jnp.take(cache.k, index, axis=1), slots),
+                    _fit_slots(jnp.take(cache.v, index, axis=1), slots))
+    state = state.replace(lengths=take(state.lengths), token=take(state.token),
+                          done=take(state.done) | ~keep, finished=take(state.finished) & keep,
+                          stop_state=take(state.stop_state), tokens=take(state.tokens),
+                          logprobs=take(state.logprobs), n_new=take(state.n_new))
+    return cache, state
+
+
+def _placed(mesh, cache, state, row_ids):
+    """Puts regrouped arrays where the decode program's shardings expect them."""
+    if mesh is None:
+        return cache, state, row_ids
+    from jaxtom.sampling_loop import cache_sharding, input_shardings, state_sharding
+    sh = cache_sharding(mesh)
+    cache = jax.device_put(cache, KVCache(sh, sh))
+    state = jax.device_put(state, state_sharding(mesh))
+    row_ids = jax.device_put(row_ids, input_shardings(mesh)[1].row_ids)
+    return cache, state, row_ids
+
+
+def decode_segments(decode, params, cache: KVCache, state, inputs, *, n_real: int,
+                    max_new: int, multiple: int, mesh=None) -> dict[str, np.ndarray]:
+    """Runs `decode` (the sampler's loop program) to the end in segments, dropping finished
+    rows between them; returns the host outputs of the `n_real` rows in their order: tokens,
+    logprobs, n_new, finished, lengths, token (the last one, not cached) and steps."""
+    from jaxtom.sampling import bucket
+    B = cache.k.shape[1]
+    full_slots = cache.k.shape[CACHE_SEQ_AXIS]
+    origin = np.where(np.arange(B) < n_real, np.arange(B), -1)
+    row_ids = np.asarray(parallel.host_value(inputs.row_ids))
+    fields = ("tokens", "logprobs", "n_new", "finished", "lengths", "token")
+    host = {k: np.asarray(parallel.host_value(getattr(state, k))) for k in fields + ("done",)}
+    out = {k: host[k][:n_real].copy() for k in fields}  # rows that stop at their first token
+    step = int(parallel.host_value(state.step))
+    lengths, live = host["lengths"], (origin >= 0) & ~host["done"]
+    while True:
+        if step >= max_new or not live.any():
+            break
+        rows_now = cache.k.shape[1]
+        n_live = int(live.sum())
+        rows = bucket(n_live, 1, multiple)
+        rows = rows if 2 * rows <= rows_now else rows_now
+        slots = slot_bucket(int(lengths[live].max()) + SEGMENT + 1, full_slots)
+        if rows != rows_now or slots != cache.k.shape[CACHE_SEQ_AXIS]:
+            kept = np.flatnonzero(live) if rows < rows_now else np.arange(rows_now)
+            index = np.concatenate([kept, np.full(rows - len(kept), kept[0])]).astype(np.int32)
+            keep = np.arange(rows) < len(kept) if rows < rows_now else np.ones(rows, bool)
+            cache, state = _regroup(cache, state, index, keep, slots)
+            origin = np.where(keep, origin[index], -1)
+            row_ids = row_ids[index]
+            cache, state, placed_ids = _placed(mesh, cache, state, row_ids)
+            inputs = inputs._replace(row_ids=placed_ids)
+        stop = np.int32(min(max_new, step + SEGMENT))
+        if mesh is not None:
+            from jaxtom.sampling_loop import input_shardings
+            stop = jax.device_put(stop, input_shardings(mesh)[1].stop_step)
+        cache, state = decode(params, cache, state, inputs._replace(stop_step=stop))
+        host = {k: np.asarray(parallel.host_value(getattr(state, k))) for k in fields + ("done",)}
+        step = int(parallel.host_value(state.step))
+        real = origin >= 0
+        for k in fields:
+            out[k][origin[real]] = host[k][real]
+        lengths, live = host["lengths"], real & ~host["done"]
+    out["steps"] = step
+    return out
