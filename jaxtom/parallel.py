@@ -158,12 +158,21 @@ def host_value(x) -> np.ndarray:
     return np.asarray(jax.device_get(x))
 
 
+_ZEROS: dict = {}
+
+
 def sharded_zeros(shapes: Any, shardings: Any) -> Any:
     """Zeros of `shapes` (a pytree of ShapeDtypeStructs) created in place, each device
     writing only its own shard: no full-size transient on one device, and usable on a mesh
-    that spans several processes."""
-    return jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
-                   out_shardings=shardings)()
+    that spans several processes. The program is kept per structure, shapes and shardings:
+    a sampler call per rollout step would otherwise compile a fresh one each time."""
+    leaves, treedef = jax.tree.flatten(shapes)
+    key = (treedef, tuple((s.shape, jnp.dtype(s.dtype)) for s in leaves),
+           tuple(jax.tree.leaves(shardings)))
+    if key not in _ZEROS:
+        _ZEROS[key] = jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                                   shapes), out_shardings=shardings)
+    return _ZEROS[key]()
 
 
 def init_sharded(make, mesh: Mesh | None):

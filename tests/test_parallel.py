@@ -10,6 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -109,3 +112,19 @@ def test_sharded_forward_and_generation_equal_single_device():
     assert out["(2, 2, 2)"]["q_shards"] == 8
     assert out["max_abs_logit"] > 0.5  # logits large enough for the tolerance to mean something
     assert "does not divide num_key_value_heads (4)" in out["bad_mesh_error"]
+
+
+def test_sharded_zeros_reuses_its_program_across_calls():
+    """A sampler call per rollout step creates its cache with `sharded_zeros`: the same
+    shapes and shardings must reuse one compiled program (it used to compile a new one on
+    every call), and other shapes get their own."""
+    mesh = parallel.make_mesh(1, 1, 1)
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shapes = {"k": jax.ShapeDtypeStruct((2, 3), jnp.float32)}
+    before = len(parallel._ZEROS)
+    for _ in range(3):
+        out = parallel.sharded_zeros(shapes, {"k": sharding})
+        assert out["k"].shape == (2, 3) and not np.asarray(out["k"]).any()
+    assert len(parallel._ZEROS) == before + 1
+    parallel.sharded_zeros({"k": jax.ShapeDtypeStruct((4, 3), jnp.float32)}, {"k": sharding})
+    assert len(parallel._ZEROS) == before + 2

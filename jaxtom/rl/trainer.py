@@ -261,17 +261,26 @@ def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
 SHARED_ROW_QUANTUM = 64  # shared-prompt row lengths are bucketed: few compiled programs
 
 
+def shared_row_len(longest: int) -> int:
+    """The packed row length for a family of `longest` tokens: multiples of 64 up to 512,
+    then steps of a quarter of the current power of two (`sampling.bucket`: 640, 768, 896,
+    1024, 1280, ...), so rows of the papers' lengths (families of 8 completions of up to 512
+    tokens) compile a dozen update programs, not one per multiple of 64, at <= 25% padding."""
+    from jaxtom.sampling import bucket
+    return bucket(longest, SHARED_ROW_QUANTUM, SHARED_ROW_QUANTUM)
+
+
 def pack_shared_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
     """`pack_rollout` with each group's prompt packed once: one family per row (or
-    `cfg.num_rows` rows), rows as long as the longest family, in multiples of
-    `SHARED_ROW_QUANTUM` (every process agrees on both)."""
+    `cfg.num_rows` rows), rows as long as the longest family, bucketed by `shared_row_len`
+    (every process agrees on both)."""
     if rollout.prompt_lens is None:
         raise ValueError("trainer.share_prompts needs a rollout that reports its prompt "
                          "lengths (Rollout.prompt_lens)")
     seqs, lens = rollout.sequences, rollout.prompt_lens
     families = shared_prompt_families(seqs, rollout.group_ids, lens)
     longest = max((family_length(seqs, lens, f) for f in families), default=1)
-    row_len = -(-longest // SHARED_ROW_QUANTUM) * SHARED_ROW_QUANTUM
+    row_len = shared_row_len(longest)
     rows = cfg.num_rows or max(len(families), 1)
     return pack_shared_prompts(seqs, rollout.policy_masks, rollout.advantages,
                                rollout.group_ids, lens, num_rows=rows, row_len=row_len,
