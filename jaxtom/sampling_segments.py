@@ -99,7 +99,13 @@ def decode_segments(decode, params, cache: KVCache, state, inputs, *, n_real: in
             kept = np.flatnonzero(live) if rows < rows_now else np.arange(rows_now)
             index = np.concatenate([kept, np.full(rows - len(kept), kept[0])]).astype(np.int32)
             keep = np.arange(rows) < len(kept) if rows < rows_now else np.ones(rows, bool)
-            cache, state = _regroup(cache, state, index, keep, slots)
+            if mesh is not None:  # a program over a multi-process mesh takes no host arrays
+                from jaxtom.sampling_loop import input_shardings
+                rep = input_shardings(mesh)[1].key
+                index_in, keep_in = jax.device_put((index, keep), rep)
+            else:
+                index_in, keep_in = index, keep
+            cache, state = _regroup(cache, state, index_in, keep_in, slots)
             origin = np.where(keep, origin[index], -1)
             row_ids = row_ids[index]
             cache, state, placed_ids = _placed(mesh, cache, state, row_ids)

@@ -46,7 +46,7 @@ def paper_config(name: str, model_dir: str, family: str) -> Config:
         trainer=TrainerConfig(workdir=f"runs/{name}", total_steps=PAPER_STEPS,
                               prompts_per_step=32, group_size=32, temperature=1.0,
                               max_new_tokens=256, row_len=2048, rollout_rows=128,
-                              checkpoint_every=100),
+                              checkpoint_every=100, compact_rows=True),
         mesh=MeshSection(data=1, fsdp=8, tensor=1),
         mindzero=MindZeroSection(
             data=DataSpec(max_steps=50, train_episodes=1000, eval_episodes=20, split="labels",

@@ -257,3 +257,21 @@ def test_sampler_logprobs_equal_the_training_forward(tiny_vl):
     # log-softmax adds a sum over the vocabulary; scale: the logits' magnitude
     assert_close(result.logprobs[0][:n], ours, reduction=tol["reduction"] + 256,
                  scale=np.abs(logits).max())
+
+
+def test_compacted_decoding_of_image_prompts_keeps_every_token(tiny_vl):
+    """`trainer.compact_rows` on the image path: `vl_sampling.generate` resumes from its
+    image prefill, and dropping finished rows must give the single loop's tokens."""
+    _, _, model = tiny_vl
+    pre = [image_processing.preprocess_image(im, model.config.vision, min_pixels=MIN_PIXELS)
+           for im in random_images((64, 96), (100, 50), (48, 48), (80, 40), seed=3)]
+    prompts = [[5 + i, START, IMG, END, 7 + i] for i in range(4)]
+    kw = dict(preprocessed=True, max_new_tokens=70, temperature=1.0, key=jax.random.key(2))
+    probe = vl_sampling.generate(model, prompts, [[p] for p in pre], **kw)
+    stop = int(np.bincount(probe.tokens[:, :40].ravel()).argmax())
+    single = vl_sampling.generate(model, prompts, [[p] for p in pre], stop=[stop], **kw)
+    compact = vl_sampling.generate(model, prompts, [[p] for p in pre], stop=[stop],
+                                   compact=True, **kw)
+    assert len(set(single.lengths.tolist())) > 1
+    np.testing.assert_array_equal(compact.tokens, single.tokens)
+    np.testing.assert_array_equal(compact.lengths, single.lengths)
