@@ -8,7 +8,9 @@ batch 8 (so `ppo_mini_batches=4` optimizer updates per rollout; the public code'
 unlabelled episodes unrolled into timesteps, 2 particles, uniform prior. The sampler takes
 128 rows per call (`trainer.rollout_rows`): `jaxtom plan` puts the whole step at 32.6 GiB
 (Qwen3-4B) / 46.1 GiB (Qwen3-8B) per device on one 8-GPU host, against 164-178 GiB when all
-1024 rows are prefilled at once (2026-12-05; launch/README.md has the table)."""
+1024 rows are prefilled at once (2026-12-05; launch/README.md has the table). Rollouts drop
+finished rows from the decode loop (`trainer.compact_rows`): answers of 20-256 tokens then
+cost their own lengths (benchmarks/README.md, "ragged decoding")."""
 
 import dataclasses
 import os
