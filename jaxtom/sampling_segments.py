@@ -5,13 +5,14 @@ attends over every slot of the cache bucket, so a ragged GRPO batch (completions
 512 tokens) pays for its longest row in every row. Here the decode loop pauses every
 `SEGMENT` steps (`SamplingInputs.stop_step`, a run-time value: no recompile); the host then
 keeps only the rows still going, gathered into the smallest row bucket that holds them once
-that at least halves the batch, and a cache cut to the power-of-two slot count the next
-segment can reach. Each row keeps its id (so its key), its cache and its output buffer, so
-the tokens are the ones the single loop draws; logits may differ in the last bits (sums
-over a different number of masked slots or rows).
+that at least halves the batch, and a cache cut to the slot count (a power of four) the
+next segment can reach. Each row keeps its id (so its key), its cache and its output
+buffer, so the tokens are the ones the single loop draws; logits may differ in the last
+bits (sums over a different number of masked slots or rows).
 
-Programs: one decode per (row bucket, slot bucket) met, each a halving or a power of two, so
-a batch of B rows and S slots compiles at most log2(B) x log2(S / 64) of them.
+Programs: one decode per (row bucket, slot bucket) met, rows halving and slots growing by
+4x, so a batch of B rows and S slots compiles at most log2(B) x log4(S / 64) of them (fewer
+in practice: rows only shrink and slots only grow within a call).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ MIN_SLOTS = 64
 
 
 def slot_bucket(needed: int, full: int) -> int:
-    """The power of two (from 64) of slots a segment needs, never above the full cache."""
+    """The slots a segment needs, in powers of four from 64 (64, 256, 1024, ...), never
+    above the full cache. Powers of two ran no faster on the ragged benchmark (0.391 vs
+    0.395 s) and met twice as many (rows, slots) programs."""
     size = MIN_SLOTS
     while size < needed:
-        size *= 2
+        size *= 4
     return min(size, full)
 
 
