@@ -100,7 +100,8 @@ def test_rollout_batch_advantages_follow_trainer_advantage_scale(scale, floor):
 
 @pytest.mark.parametrize("override, field", [
     ("trainer.share_prompts=true", "trainer.share_prompts"),
-    ("trainer.explore_temperature=2.0", "trainer.explore_temperature")])
+    ("trainer.explore_temperature=2.0", "trainer.explore_temperature"),
+    ("trainer.compact_rows=true", "trainer.compact_rows")])
 def test_ctom_refuses_trainer_fields_its_rollout_cannot_use(override, field):
     from jaxtom.config import ConfigError, load_config
     with pytest.raises(ConfigError) as err:

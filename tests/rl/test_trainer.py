@@ -169,3 +169,16 @@ def test_task_stream_splits_any_batch_over_processes(monkeypatch):
         assert [t for pid in range(4) for t in got[pid][step]] == want[step]
     with pytest.raises(ValueError, match="prompts_per_step=3 is fewer than the 4 processes"):
         TaskStream(tasks, 3, seed=3)
+
+
+def test_compact_rows_reaches_the_sampler_with_and_without_exploration():
+    """`trainer.compact_rows` is one of the sampler arguments every rollout takes from the
+    trainer config (`compact_kwargs` / `explore_kwargs`), exploring or not."""
+    from jaxtom.rl.trainer import TrainerConfig, compact_kwargs, explore_kwargs
+    on, off = TrainerConfig(compact_rows=True), TrainerConfig()
+    assert compact_kwargs(on) == {"compact": True} and compact_kwargs(off) == {}
+    assert explore_kwargs(on) == {"compact": True} and explore_kwargs(off) == {}
+    explored = explore_kwargs(TrainerConfig(compact_rows=True, explore_temperature=2.0),
+                              markers=[3], choices=[4, 5])
+    assert explored == {"explore_after": (3,), "explore_temperature": 2.0,
+                        "explore_tokens": (4, 5), "compact": True}
