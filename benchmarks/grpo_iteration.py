@@ -201,10 +201,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--max-len", type=int, default=512)
     parser.add_argument("--stop-ids", type=int, default=24)
-    parser.add_argument("--threads", type=int, default=0)
+    base.add_thread_options(parser)
     args = parser.parse_args(argv)
-    threads = base.set_threads(args.threads, 0)
-    print(f"threads: {threads}")
+    threads = base.apply_thread_options(args)  # before JAX starts
     log = watch_compiles()
     from jaxtom import models
     from jaxtom.models.tiny import save_tiny_hf

@@ -92,6 +92,24 @@ def set_threads(threads: int, torch_threads: int) -> dict:
             "torch_inter_op": torch.get_num_interop_threads(), "machine_cpus": os.cpu_count()}
 
 
+def add_thread_options(parser: argparse.ArgumentParser) -> None:
+    """`--threads` / `--torch-threads`: the cores both sides get (every benchmark against
+    torch or another JAX library uses these, read by `apply_thread_options`)."""
+    parser.add_argument("--threads", type=int, default=0,
+                        help="cores for both sides: XLA (CPU affinity) and torch intra-op "
+                             "threads (0 = every core this process may use)")
+    parser.add_argument("--torch-threads", type=int, default=0,
+                        help="override torch's intra-op threads alone (0 = as --threads)")
+
+
+def apply_thread_options(args) -> dict:
+    """Pins the cores `add_thread_options` asked for (call before JAX starts); prints and
+    returns the counts for the JSON line."""
+    threads = set_threads(args.threads, args.torch_threads)
+    print(f"threads: {threads}")
+    return threads
+
+
 def bench_jaxtom(path, prompts, gen_len, model=None):
     """(warmed-up callable, greedy tokens) for jaxtom's sampler."""
     from jaxtom import models, sampling
@@ -196,18 +214,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--gen-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0,
-                        help="cores for both sides: XLA (CPU affinity) and torch intra-op "
-                             "threads (0 = every core this process may use)")
-    parser.add_argument("--torch-threads", type=int, default=0,
-                        help="override torch's intra-op threads alone (0 = as --threads)")
+    add_thread_options(parser)
     parser.add_argument("--smollm2", action="store_true",
                         help="also decode with the real SmolLM2-135M weights")
     parser.add_argument("--smollm2-batches", default="8,32")
     parser.add_argument("--smollm2-repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    threads = set_threads(args.threads, args.torch_threads)  # before JAX starts
-    print(f"threads: {threads}")
+    threads = apply_thread_options(args)  # before JAX starts
 
     from jaxtom import models
     from jaxtom.models.tiny import save_tiny_hf

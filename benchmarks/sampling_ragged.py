@@ -149,13 +149,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--max-len", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0)
+    base.add_thread_options(parser)
     parser.add_argument("--smollm2", action="store_true",
                         help="also on SmolLM2-135M vs transformers")
     parser.add_argument("--smollm2-batch", type=int, default=8)
     args = parser.parse_args(argv)
-    threads = base.set_threads(args.threads, 0)  # before JAX starts
-    print(f"threads: {threads}")
+    threads = base.apply_thread_options(args)  # before JAX starts
 
     import torch
 
