@@ -26,6 +26,45 @@ def tunix_qwen3(path):
     from tunix.models.qwen3 import model as qwen3_model
     from tunix.models.qwen3 import params as qwen3_params
 
+    hf = _peer_config(path)
+    cfg = qwen3_model.ModelConfig(
+        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
+        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
+        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
+        num_kv_heads=hf["num_key_value_heads"], rope_theta=int(ROPE_THETA),
+        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
+    return qwen3_params.create_model_from_safe_tensors(str(path), cfg), cfg
+
+
+def tunix_llama3(path):
+    """tunix's Llama 3 on a Hugging Face Llama directory (SmolLM2 converted by
+    `save_for_peers`), read by tunix's own safetensors loader."""
+    from tunix.models.llama3 import model as llama3_model
+    from tunix.models.llama3 import params as llama3_params
+
+    hf = _peer_config(path)
+    cfg = llama3_model.ModelConfig(
+        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
+        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
+        num_heads=hf["num_attention_heads"],
+        head_dim=hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"]),
+        num_kv_heads=hf["num_key_value_heads"], rope_theta=int(ROPE_THETA),
+        norm_eps=hf["rms_norm_eps"], weight_tying=hf["tie_word_embeddings"])
+    return llama3_params.create_model_from_safe_tensors(str(path), cfg), cfg
+
+
+def tunix_model(path):
+    """tunix's port of the directory's architecture (Qwen3 or Llama 3)."""
+    kind = _peer_config(path)["model_type"]
+    if kind == "qwen3":
+        return tunix_qwen3(path)
+    if kind == "llama":
+        return tunix_llama3(path)
+    raise ValueError(f"{path}: model_type {kind!r}; tunix peers exist for qwen3 and llama")
+
+
+def _peer_config(path) -> dict:
+    """config.json, checked for the RoPE base tunix computes with."""
     hf = json.loads((Path(path) / "config.json").read_text())
     rope = hf.get("rope_parameters") or {}
     theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000)))
@@ -33,13 +72,21 @@ def tunix_qwen3(path):
         raise ValueError(f"{path}: rope_theta {theta:g}, but tunix 0.1.7 computes RoPE with "
                          f"{ROPE_THETA:g} whatever its config says; write benchmark "
                          f"checkpoints with rope_theta={ROPE_THETA:g}")
-    cfg = qwen3_model.ModelConfig(
-        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
-        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
-        num_kv_heads=hf["num_key_value_heads"], rope_theta=int(theta),
-        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
-    return qwen3_params.create_model_from_safe_tensors(str(path), cfg), cfg
+    return hf
+
+
+def save_for_peers(model, path) -> Path:
+    """Writes a jaxtom decoder as an HF directory whose RoPE base is `ROPE_THETA` (both
+    config keys), so tunix's port, transformers and jaxtom all run the same model."""
+    from jaxtom import models
+
+    path = Path(models.save_pretrained(model, path))
+    hf = json.loads((path / "config.json").read_text())
+    hf["rope_theta"] = ROPE_THETA
+    if "rope_parameters" in hf:
+        hf["rope_parameters"]["rope_theta"] = ROPE_THETA
+    (path / "config.json").write_text(json.dumps(hf, indent=1))
+    return path
 
 
 def _gather(logits, tokens):
