@@ -146,9 +146,11 @@ def jaxtom_grouped_batch(data, group):
     return batch.replace(ref_logp=laid.old_logp)
 
 
-def run_jaxtom(path, batch):
+def run_jaxtom(path, batch, every_position: bool = False):
     """jaxtom's compiled update step on `batch`: (warmed-up zero-argument callable, XLA
-    memory, the first update's GRPO loss)."""
+    memory, the first update's GRPO loss). `every_position` runs the LM head on every
+    position, as tunix does, instead of the completion positions only: the same FLOPs as
+    the peer, so a time ratio is a per-FLOP ratio."""
     from jaxtom import models, rl
 
     model = models.from_pretrained(path)
@@ -156,7 +158,8 @@ def run_jaxtom(path, batch):
                                               learning_rate=1e-6, weight_decay=0.01))
     batch = learner.put_batch(batch)
     box = {"state": learner.init_state(model)}
-    compiled = learner.program(box["state"], batch).lower(box["state"], batch).compile()
+    compiled = learner.program(box["state"], batch, every_position=every_position).lower(
+        box["state"], batch).compile()
 
     def step():
         box["state"], metrics = compiled(box["state"], batch)
