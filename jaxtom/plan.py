@@ -116,7 +116,7 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
     batch = abstract_update_batch(config, mcfg, learner)
     if config.kind == "mindzero":
         # MindZero (and its VL / household variants) keeps the model it started from alive
-        # through the run (`mindzero.trainer.train` holds it, and `BestModel` returns it
+        # through the run (`mindzero.driver.train` holds it, and `BestModel` returns it
         # when the warm-up's model scores best):
         # its trained params are its own arrays (init_state copies them), its frozen ones
         # are shared with the state

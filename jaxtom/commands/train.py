@@ -68,19 +68,6 @@ def build_task(config):
     return getattr(importlib.import_module(module), attr)(config)
 
 
-def mindzero_train_fn(config):
-    """MindZero's trainer for the config's task: goal particles, question answering (gridworld
-    or household) or household goal particles (`jaxtom.mindzero.household`)."""
-    if config.mindzero.data.task == "household":
-        from jaxtom.mindzero.household.train import train as train_household
-        return train_household
-    if config.mindzero.data.task in ("qa", "household_qa"):
-        from jaxtom.mindzero.qa_train import train as train_qa
-        return train_qa
-    from jaxtom.mindzero.trainer import train as train_mindzero
-    return train_mindzero
-
-
 def mindzero_evaluate(config, checkpoint, test=None, train=None):
     """Evaluate a MindZero checkpoint: the QA table (Table 4a), the household table (Table
     1b / 4b columns) or the gridworld goal-inference one."""
@@ -101,7 +88,8 @@ def train(config, progress: bool = True) -> dict:
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, progress=config.trainer.progress and progress))
     if config.kind == "mindzero":
-        out = mindzero_train_fn(config)(config, progress=config.trainer.progress)
+        from jaxtom.mindzero.driver import train as train_mindzero
+        out = train_mindzero(config, progress=config.trainer.progress)
         return {"step": int(out["state"].step), "workdir": out["run_dir"]}
     mesh = make_mesh(config)
     if config.kind == "ctom":
@@ -171,7 +159,8 @@ def _mindzero_cmd(args, config) -> int:
         return 2
     if args.action == "eval":
         return evaluate(config, args.config, args.overrides, args.checkpoint)
-    out = mindzero_train_fn(config)(config, progress=not args.quiet and config.trainer.progress)
+    from jaxtom.mindzero.driver import train as train_mindzero
+    out = train_mindzero(config, progress=not args.quiet and config.trainer.progress)
     t = out["timings"]
     print(f"trained in {t['total_s']:.0f} s (setup {t['setup_s']:.0f} s, warm-up "
           f"{t['warmup_s']:.0f} s, SSRL {t['ssrl_s']:.0f} s / {t['ssrl_steps']} steps); "

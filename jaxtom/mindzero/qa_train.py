@@ -13,7 +13,6 @@ tiny CPU model gets a BPE trained on the run's own prompts (`tokenizer.json`).
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import jax
@@ -35,7 +34,6 @@ from jaxtom.mindzero.reward import cumulative_log_likelihoods
 from jaxtom.mindzero.vl_qa import VLQAPrompts
 from jaxtom.mindzero.vl_train import build_vl_model
 from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
-from jaxtom.rl.trainer import Trainer
 
 _TRAIN_KEY, _TEST_KEY = 0x51A0, 0x51A1  # folded into the run's seed
 
@@ -177,39 +175,27 @@ def answer_monitor(config, prompts: QAPrompts, qa, num_questions: int = 128,
     return score
 
 
-def train(config, progress: bool = True) -> dict:
-    """Data, tokenizer, model, warm-up, SSRL; returns paths, timings and the held-out set.
-    Rerunning it on a run directory resumes (a finished phase is not repeated)."""
-    run_dir = storage.run_dir(config.trainer.workdir)
-    t0 = time.perf_counter()
-    if jax.process_index() == 0:
-        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
+def prepare(config, run_dir: Path, mesh):
+    """Question answering (either domain) for the one driver (`driver.train`): the sets,
+    tokenizer and model; a warm-up on uniformly random letters (not checked: a letter
+    answer has no observation to copy); SSRL on the domain's QA reward."""
+    from jaxtom.mindzero.driver import Prepared
     domain = qa_domain(config)
     train_set, test_set = domain.sets(config)
-    mesh = mz.make_mesh(config)
     model, codec = build_model(config, run_dir, (train_set, test_set), mesh=mesh)
-    mzc = config.mindzero
     prompts = domain.prompts(config, codec, train_set, model)
     rollout = domain.rollout(config, codec, prompts, train_set)  # (adds mirrored prompts)
-    completion = max(config.trainer.max_new_tokens, 2)
-    config = dataclasses.replace(config, trainer=dataclasses.replace(
-        config.trainer, row_len=row_len(config, prompts, completion), pad_id=codec.pad_id,
-        progress=progress and config.trainer.progress))
-    prompts.row_len = config.trainer.row_len  # image rows are built at this length
+    test_prompts = domain.prompts(config, codec, test_set, model)
     tasks = question_tasks(train_set.questions)
-    timings = {"setup_s": time.perf_counter() - t0}
-    t1 = time.perf_counter()
-    if mzc.warmup.steps:
-        warm = Trainer(model, tasks, QAWarmupRollout(codec, prompts, config.trainer.seed),
-                       mz.warmup_step_config(config), mz.warmup_trainer_config(config),
-                       mesh=mesh, desc="warm-up")
-        model = warm.learner.model(warm.run())
-        mz.save_model(model, run_dir / "warmup")
-    timings["warmup_s"] = time.perf_counter() - t1
-    monitor = answer_monitor(config, domain.prompts(config, codec, test_set, model), test_set,
-                             parse=domain.parse)
-    if config.trainer.eval_every:
-        timings["start_monitor"] = monitor(0, model)
-    state = mz.run_ssrl(model, tasks, rollout, config, run_dir, monitor, timings,
-                        started=time.perf_counter(), run_started=t0, mesh=mesh)
-    return {"run_dir": str(run_dir), "timings": timings, "test": test_set, "state": state}
+
+    rows = lambda completion: row_len(config, prompts, max(completion, 2))  # noqa: E731
+    prompts.row_len = rows(config.trainer.max_new_tokens)  # image rows are built at this length
+    return Prepared(
+        model=model, codec=codec, row_len=rows,
+        monitor=lambda config: answer_monitor(config, test_prompts, test_set,
+                                              parse=domain.parse),
+        warmup_tasks=tasks,
+        warmup_rollout=lambda config, wcfg: QAWarmupRollout(codec, prompts,
+                                                            config.trainer.seed),
+        ssrl_tasks=tasks, ssrl_rollout=lambda config, model: rollout,
+        result={"test": test_set})

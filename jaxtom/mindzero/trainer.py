@@ -1,4 +1,5 @@
-"""MindZero SSRL on the gridworld as two phases of the one trainer (`jaxtom.rl.Trainer`).
+"""MindZero's goal task on the gridworld: its episodes, policy and rollouts, run by the one
+driver (`jaxtom.mindzero.driver.train`, through `prepare`) as two phases of the one trainer.
 
 Phase 1, the format warm-up, is a supervised rollout: label-free teacher particles as
 completions with advantage 1 (on-policy, ratio 1: exactly the NLL gradient). Phase 2, SSRL,
@@ -12,8 +13,6 @@ saved on their own (`checkpoint/`, `warmup/`) for evaluation.
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from pathlib import Path
 
 import jax
@@ -30,7 +29,7 @@ from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
 from jaxtom.models import add_lora, from_pretrained, init_decoder
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.trainer import (Rollout, Trainer, compact_kwargs, completion_rows, explore_kwargs,
+from jaxtom.rl.trainer import (Rollout, compact_kwargs, completion_rows, explore_kwargs,
                                sample_rows)
 from jaxtom.tokenizer import Tokenizer
 from jaxtom.mindzero.data import PromptCache, max_row_len, task_records  # noqa: F401
@@ -195,86 +194,34 @@ class ParticleRollout:
                              **self.explore())
 
 
-def warm_up(config, model, codec: Codec, view: HostEpisodes, run_dir: Path, monitor, mesh):
-    """The goal task's format warm-up (`checked_warm_up` on the text teacher's rollout)."""
-    wcfg = dataclasses.replace(warmup_trainer_config(config), row_len=max_row_len(
-        config, codec, view, max(config.trainer.max_new_tokens,
-                                 longest_teacher_target(config, codec, view))))
-    return checked_warm_up(config, model, run_dir, monitor, mesh, tasks=task_records(view, 1),
-                           rollout=WarmupRollout(config, codec, view), trainer_config=wcfg,
-                           rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0])
-
-
-def train(config, progress: bool = True) -> dict:
-    """The whole run: data, tokenizer, model, warm-up, SSRL; returns paths and timings.
-    Rerunning it on a run directory resumes (a finished phase is not repeated). Image
-    observations train a Qwen3-VL policy (`jaxtom.mindzero.vl_train`)."""
-    if config.mindzero.data.observation == "image":
-        from jaxtom.mindzero.vl_train import train_vl
-        return train_vl(config, progress)
-    run_dir = storage.run_dir(config.trainer.workdir)
-    t0 = time.perf_counter()
-    if jax.process_index() == 0:
-        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
-    params = env_params(config)
+def prepare(config, run_dir: Path, mesh):
+    """The goal task over text observations for the one driver (`driver.train`): episodes,
+    tokenizer, model; the text teacher's warm-up (checked, retried from a fresh
+    initialisation); validation episodes for the monitor and the kept model when
+    `data.val_episodes`; particle SSRL on eq. 4 from the planner's likelihood table."""
+    from jaxtom.mindzero.driver import Prepared
     train_eps, test_eps = make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     val_eps = validation_episodes(config, train_eps, test_eps)
-    mesh = make_mesh(config)
     model, codec = build_model(config, run_dir, views=(view, test_view), mesh=mesh)
-    config = dataclasses.replace(config, trainer=dataclasses.replace(
-        config.trainer, row_len=max_row_len(config, codec, view), pad_id=codec.pad_id,
-        progress=progress and config.trainer.progress))
-    timings = {"setup_s": time.perf_counter() - t0}
-    t1 = time.perf_counter()
-    mz = config.mindzero
-    monitor = heldout_monitor(config, test_view if val_eps is None else
-                              HostEpisodes.from_episodes(val_eps), codec)
-    scores = None
-    if mz.warmup.steps:
-        model, scores = warm_up(config, model, codec, view, run_dir, monitor, mesh)
-        if scores is not None:
-            timings["warmup_monitor"] = scores
-    timings["warmup_s"] = time.perf_counter() - t1
+    monitor_view = test_view if val_eps is None else HostEpisodes.from_episodes(val_eps)
 
-    t2 = time.perf_counter()
-    best = None
-    if val_eps is not None:
-        best = BestModel(monitor, run_dir, model, scores or monitor(0, model))
-    table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories, params))  # [E,T+1,G]
-    state = run_ssrl(model, task_records(view, mz.data.stride),
-                     ParticleRollout(config, codec, view, table), config, run_dir,
-                     monitor if best is None else best, timings, started=t2, run_started=t0,
-                     mesh=mesh, best=best)
-    return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
-            "state": state}
+    def ssrl_rollout(config, model):
+        table = np.asarray(cumulative_log_likelihoods(train_eps.trajectories,
+                                                      env_params(config)))  # [E, T+1, G]
+        return ParticleRollout(config, codec, view, table)
 
-
-def run_ssrl(model, tasks, rollout, config, run_dir: Path, monitor, timings: dict, *,
-             started: float, run_started: float, mesh=None, best: BestModel | None = None):
-    """The SSRL phase every MindZero run ends with (goal particles, QA, image prompts): the
-    one trainer under `run_dir/ssrl` (the held-out `monitor` as its eval hook when
-    `trainer.eval_every`), the final model saved to `run_dir/checkpoint`, and the run's
-    `timings` (plus ssrl_s from `started`, total_s from `run_started`) written beside it;
-    with `best` (the monitor hook that also keeps the best model) its kept model is saved
-    instead of the last. Returns the final TrainState."""
-    ssrl = Trainer(model, tasks, rollout, config.step,
-                   dataclasses.replace(config.trainer, workdir=str(run_dir / "ssrl")),
-                   mesh=mesh, eval_hooks=[monitor] if config.trainer.eval_every else [],
-                   desc="ssrl")
-    state = ssrl.run()
-    timings["ssrl_s"] = time.perf_counter() - started
-    timings["ssrl_steps"] = int(state.step)
-    final = ssrl.learner.model(state)
-    if best is not None:
-        final = best.chosen(final)
-        timings["kept_step"], timings["kept_monitor_log_score"] = (
-            best.record["step"], best.record["log_score"])
-    save_model(final, run_dir / "checkpoint")
-    timings["total_s"] = time.perf_counter() - run_started
-    if jax.process_index() == 0:
-        storage.write_json(storage.path(run_dir) / "timings.json", timings, indent=1)
-    return state
+    return Prepared(
+        model=model, codec=codec,
+        row_len=lambda completion: max_row_len(config, codec, view, completion),
+        monitor=lambda config: heldout_monitor(config, monitor_view, codec),
+        warmup_tasks=task_records(view, 1),
+        warmup_rollout=lambda config, wcfg: WarmupRollout(config, codec, view),
+        ssrl_tasks=task_records(view, config.mindzero.data.stride), ssrl_rollout=ssrl_rollout,
+        teacher_budget=longest_teacher_target(config, codec, view) if
+        config.mindzero.warmup.steps else 0,
+        rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0],
+        keep_best=val_eps is not None, result={"train": train_eps, "test": test_eps})
 
 
 def load_model(config, checkpoint: str | Path, tokenizer_path=None):

@@ -18,8 +18,6 @@ Qwen3-VL checkpoint (`jaxtom.models.from_pretrained`).
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -233,43 +231,32 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
     return score
 
 
-def train_vl(config, progress: bool = True) -> dict:
-    """`trainer.train` for image observations: warm-up, then SSRL, on a Qwen3-VL policy."""
-    run_dir = storage.run_dir(config.trainer.workdir)
-    t0 = time.perf_counter()
-    if jax.process_index() == 0:
-        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
-    params = text_trainer.env_params(config)
+def prepare(config, run_dir: Path, mesh):
+    """The goal task over image observations for the one driver (`driver.train`): the text
+    goal task's episodes, teacher and reward on a Qwen3-VL policy whose prompts carry
+    their pictures; its warm-up is checked and retried as the text one is."""
+    from jaxtom.mindzero.driver import Prepared
     train_eps, test_eps = text_trainer.make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
-    mesh = text_trainer.make_mesh(config)
     model, codec = build_vl_model(config, run_dir, views=(view, test_view), mesh=mesh)
     vl = model.config
     prompts = VLPrompts(config, codec, view, vl)
-    c = config.trainer
-    config = dataclasses.replace(config, trainer=dataclasses.replace(
-        c, row_len=vl_row_len(config, prompts, view, c.max_new_tokens), pad_id=codec.pad_id,
-        progress=progress and c.progress))
-    timings = {"setup_s": time.perf_counter() - t0}
-    t1 = time.perf_counter()
-    mz = config.mindzero
-    monitor = vl_heldout_monitor(config, test_view, codec, vl)
-    if mz.warmup.steps:  # checked and retried as the text warm-up is
-        budget = max(c.max_new_tokens, text_trainer.longest_teacher_target(config, codec, view))
-        wcfg = dataclasses.replace(text_trainer.warmup_trainer_config(config),
-                                   row_len=vl_row_len(config, prompts, view, budget))
-        model, scores = text_trainer.checked_warm_up(
-            config, model, run_dir, monitor, mesh, tasks=text_trainer.task_records(view, 1),
-            rollout=VLWarmupRollout(config, codec, view, prompts, wcfg.row_len),
-            trainer_config=wcfg, rebuild=lambda cfg: build_vl_model(cfg, run_dir, mesh=mesh)[0])
-        if scores is not None:
-            timings["warmup_monitor"] = scores
-    timings["warmup_s"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    table = np.asarray(text_trainer.cumulative_log_likelihoods(train_eps.trajectories, params))
-    state = text_trainer.run_ssrl(
-        model, text_trainer.task_records(view, mz.data.stride),
-        VLParticleRollout(config, codec, view, table, prompts), config, run_dir, monitor,
-        timings, started=t2, run_started=t0, mesh=mesh)
-    return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
-            "state": state}
+
+    def ssrl_rollout(config, model):
+        table = np.asarray(text_trainer.cumulative_log_likelihoods(
+            train_eps.trajectories, text_trainer.env_params(config)))
+        return VLParticleRollout(config, codec, view, table, prompts)
+
+    return Prepared(
+        model=model, codec=codec,
+        row_len=lambda completion: vl_row_len(config, prompts, view, completion),
+        monitor=lambda config: vl_heldout_monitor(config, test_view, codec, vl),
+        warmup_tasks=text_trainer.task_records(view, 1),
+        warmup_rollout=lambda config, wcfg: VLWarmupRollout(config, codec, view, prompts,
+                                                            wcfg.row_len),
+        ssrl_tasks=text_trainer.task_records(view, config.mindzero.data.stride),
+        ssrl_rollout=ssrl_rollout,
+        teacher_budget=text_trainer.longest_teacher_target(config, codec, view) if
+        config.mindzero.warmup.steps else 0,
+        rebuild=lambda cfg: build_vl_model(cfg, run_dir, mesh=mesh)[0],
+        result={"train": train_eps, "test": test_eps})

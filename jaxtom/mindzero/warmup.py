@@ -151,17 +151,20 @@ class EarlyWarmupCheck:
 
 def checked_warm_up(config, model, run_dir: Path, monitor, mesh, *, tasks, rollout,
                     trainer_config, rebuild):
-    """The format warm-up of every MindZero task that checks one (goals, images, household):
-    `rollout` on `tasks` under `trainer_config`, checked on the held-out `monitor` when
-    `warmup.min_distinct`, `warmup.min_lead` or `trainer.eval_every` ask for it; returns
-    (model, monitor scores or None). A warm-up that fails its check starts again from a
+    """The format warm-up of every MindZero task: `rollout` on `tasks` under
+    `trainer_config`, saved to `run_dir/warmup`; returns (model, monitor scores or None).
+    Tasks that check their warm-up (goals, images, household: `rebuild` given) check it on
+    the held-out `monitor` when `warmup.min_distinct`, `warmup.min_lead` or
+    `trainer.eval_every` ask for it; QA's (`rebuild` None) is not checked. A warm-up that fails its check starts again from a
     fresh initialisation (`rebuild(config)` with model seed + k, under `warmup_train_k`) up
     to `warmup.retries` times, then the run stops; with `warmup.check_at` an attempt is also
     checked at that step and abandoned there if it fails (`EarlyWarmupCheck`). Every
     attempt is step-based and resumable, so a rerun takes the same path."""
     w, wcfg = config.mindzero.warmup, trainer_config
-    checked = bool(config.trainer.eval_every or w.min_distinct or w.min_lead)
-    early = bool(0 < w.check_at < w.steps and (w.min_distinct or w.min_lead))
+    checked = rebuild is not None and bool(config.trainer.eval_every or w.min_distinct
+                                           or w.min_lead)
+    early = rebuild is not None and bool(0 < w.check_at < w.steps
+                                         and (w.min_distinct or w.min_lead))
     scores = None
     for attempt in range(w.retries + 1):
         if attempt:

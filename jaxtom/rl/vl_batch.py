@@ -15,7 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxtom.models.image_processing import as_rgb_uint8, preprocess_image
+from jaxtom.models.image_processing import (as_rgb_uint8, num_image_tokens,
+                                            preprocess_image)
 from jaxtom.models.qwen3_vl import prepare_batch
 from jaxtom.models.vl_config import VLConfig
 from jaxtom.rl.batch import Batch
@@ -39,6 +40,17 @@ def preprocess_images(images: Sequence[Sequence], cfg: VLConfig) -> list[list[tu
             done.append(seen[key])
         out.append(done)
     return out
+
+
+def images_end(cfg: VLConfig, seq: Sequence[int], images: Sequence[tuple]) -> int:
+    """The length of `seq` up to its images' expanded tokens, or all of it when it holds no
+    more image tokens than its images fill. A policy can sample the image placeholder id
+    in its completion; the sampler embedded that token as text (no image goes with it), so
+    the update must read it as text too, not as a picture it was never given."""
+    ids = np.asarray(seq)
+    pads = np.flatnonzero(ids == cfg.image_token_id)
+    filled = sum(num_image_tokens(grid, cfg.vision) for _, grid in images)
+    return len(ids) if len(pads) <= filled else int(pads[filled - 1]) + 1
 
 
 def vl_rows(cfg: VLConfig, sequences: Sequence[Sequence[int]],
@@ -74,15 +86,19 @@ def vl_rows(cfg: VLConfig, sequences: Sequence[Sequence[int]],
             raise ValueError(f"sequence {i} has {L} tokens, longer than row_len={row_len}")
         if not imgs:
             raise ValueError(f"sequence {i} has no image; image+text rows need one at least")
-        one = prepare_batch(cfg, [seq], [imgs], pad_id=pad_id, seq_len=row_len,
+        cut = images_end(cfg, seq, imgs)
+        one = prepare_batch(cfg, [seq[:cut]], [imgs], pad_id=pad_id, seq_len=row_len,
                             num_patches=num_patches, num_images=images_per_row,
                             preprocessed=True)
-        if one.lengths[0] != L:
+        if one.lengths[0] != cut:
             raise ValueError(f"sequence {i}: its image tokens must already be expanded "
-                             f"({L} tokens became {int(one.lengths[0])})")
+                             f"({cut} tokens became {int(one.lengths[0])})")
         tokens[i] = one.input_ids[0]
         positions[i] = one.positions[:, 0]
         index[i] = one.image_index[0]
+        if cut < L:  # text after the images' last token, positioned as text
+            tokens[i, cut:L] = seq[cut:]
+            positions[i, :, cut:L] = positions[i, :, :cut].max() + 1 + np.arange(L - cut)
         vision.append(one.vision)
         segments[i, :L] = 1
         mask[i, :L] = policy_masks[i]

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as mz
@@ -116,11 +117,11 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
         seen.update(kw, config=config)
         raise Stop
 
-    monkeypatch.setattr(mz, "checked_warm_up", checked)
+    monkeypatch.setattr(driver, "checked_warm_up", checked)
     cfg = load_config(VL, [f"trainer.workdir='{tmp_path}'", "model.vocab_size=320",
                            "mindzero.warmup.retries=2", "mindzero.warmup.min_lead=0.5"])
     with pytest.raises(Stop):
-        vl_train.train_vl(cfg, progress=False)
+        driver.train(cfg, progress=False)
     assert isinstance(seen["rollout"], vl_train.VLWarmupRollout)
     assert seen["config"].mindzero.warmup.retries == 2
     assert isinstance(seen["rebuild"](seen["config"]), Qwen3VL)

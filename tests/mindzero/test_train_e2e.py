@@ -6,7 +6,7 @@ import pytest
 
 from jaxtom.config import load_config
 from jaxtom.mindzero.run import evaluate_run
-from jaxtom.mindzero.trainer import train
+from jaxtom.mindzero.driver import train
 
 
 @pytest.mark.slow

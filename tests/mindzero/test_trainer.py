@@ -90,7 +90,7 @@ def test_lead_first_counts_answers_whose_first_hypothesis_names_the_listed_lead(
 def test_a_failed_warmup_is_retried_from_a_fresh_initialisation_then_stops(tmp_path):
     """min_lead 1.0 is out of reach of a 3-step warm-up: the run retries once from init seed
     +1 (its own checkpoints) and then stops, saving nothing as the warm-up."""
-    from jaxtom.mindzero.trainer import train
+    from jaxtom.mindzero.driver import train
     from tests.mindzero.test_determinism import MICRO
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
         f"trainer.workdir='{tmp_path}'", *MICRO, "mindzero.warmup.min_lead=1.0",
@@ -109,7 +109,8 @@ def test_an_early_check_abandons_a_warmup_attempt_at_its_step_and_a_rerun_skips_
     """With warmup.check_at, an attempt that fails the checks at that step stops there (no
     step past it is trained), is marked abandoned, and a rerun of the run directory does not
     train it again; the retry runs its own attempt."""
-    from jaxtom.mindzero.trainer import EarlyWarmupCheck, train
+    from jaxtom.mindzero.driver import train
+    from jaxtom.mindzero.trainer import EarlyWarmupCheck
     from tests.mindzero.test_determinism import MICRO
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
         f"trainer.workdir='{tmp_path}'", *MICRO, "mindzero.warmup.steps=4",

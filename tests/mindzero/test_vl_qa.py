@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxtom.mindzero import driver
 from jaxtom import flops
 from jaxtom.config import load_config
 from jaxtom.mindzero import qa_eval, qa_train
@@ -34,7 +35,7 @@ def test_image_qa_trains_and_evaluates_like_the_text_path(tmp_path):
     cfg = load_config("configs/mindzero_qa_tiny.py",
                       SMALL + IMAGE + [f"trainer.workdir={tmp_path / 'vl'}"])
     text_cfg = load_config("configs/mindzero_qa_tiny.py", SMALL)
-    out = qa_train.train(cfg, progress=False)
+    out = driver.train(cfg, progress=False)
     test = out["test"]
     assert out["state"].step == cfg.trainer.total_steps
     results = qa_eval.evaluate_qa_run(cfg, tmp_path / "vl" / "checkpoint", test=test)

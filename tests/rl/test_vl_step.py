@@ -75,6 +75,30 @@ def test_vl_rows_logprobs_equal_the_models_forward():
     assert_close(got[real], want[real], reduction=reduction)
 
 
+def test_a_sampled_image_placeholder_in_a_completion_is_text():
+    """A policy may sample the image placeholder id; the sampler embedded it as text, so
+    the update's row reads it as text (no image slot, text positions) instead of failing on
+    a picture count it was never given, and everything else is as with another token."""
+    cfg = tiny_vl_config()
+    seqs, masks, images = rows(cfg)
+    other = [list(s) for s in seqs]
+    for s in seqs[:2]:
+        s[-3] = cfg.image_token_id  # a sampled placeholder in two completions
+    got = vl_rows(cfg, seqs, masks, [1.0] * 4, [0, 0, 1, 1], images, row_len=128,
+                  num_patches=384)
+    ref = vl_rows(cfg, other, masks, [1.0] * 4, [0, 0, 1, 1], images, row_len=128,
+                  num_patches=384)
+    for i, s in enumerate(seqs[:2]):
+        at = len(s) - 3
+        assert got.tokens[i, at] == cfg.image_token_id and got.image_index[i, at] == -1
+        assert (np.asarray(got.image_index)[i] >= 0).sum() == (
+            np.asarray(ref.image_index)[i] >= 0).sum() > 0
+    np.testing.assert_array_equal(got.positions, ref.positions)
+    np.testing.assert_array_equal(got.image_index, ref.image_index)
+    tail = np.asarray(got.positions)[0, :, len(seqs[0]) - 5:len(seqs[0])]
+    assert (tail == tail[0]).all() and (np.diff(tail[0]) == 1).all()  # text: one step each
+
+
 @pytest.mark.slow  # two compiled VL updates: ~30 s on 2 busy cores
 def test_vl_micro_batches_pad_and_split_rows_with_their_images():
     """Three micro-batches over 4 rows (2 padding rows, padding images) give the gradient

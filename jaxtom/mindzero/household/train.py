@@ -30,7 +30,6 @@ same command resumes. The final and warm-up parameters are saved on their own
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -319,45 +318,34 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
     return score
 
 
-# ---- the run -------------------------------------------------------------------------------
-def train(config, progress: bool = True) -> dict:
-    """Episodes, tokenizer, model, warm-up, SSRL; returns paths, timings and the held-out
-    episodes. Rerunning it on a run directory resumes (a finished phase is not repeated)."""
-    run_dir = storage.run_dir(config.trainer.workdir)
-    t0 = time.perf_counter()
-    if jax.process_index() == 0:
-        storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
+# ---- the task, for the one driver --------------------------------------------------------
+def prepare(config, run_dir: Path, mesh):
+    """Household goal particles for the one driver (`driver.train`): episodes on the train
+    and test apartments, tokenizer, model; the teacher's warm-up (checked and retried as the
+    gridworld's); SSRL on the household ELBO, whose LLM terms (if any) are scored by the
+    model SSRL starts from, frozen."""
+    from jaxtom.mindzero.driver import Prepared
     train_eps, test_eps = hd.make_episodes(config, "train"), hd.make_episodes(config, "test")
-    mesh = mz.make_mesh(config)
     model, codec = build_model(config, run_dir, (train_eps, test_eps), mesh=mesh)
     prompts = Prompts(config, codec, train_eps)
     records = hd.timestep_records(train_eps, 1, config.mindzero.household.after_first_key_action)
-    config = dataclasses.replace(config, trainer=dataclasses.replace(
-        config.trainer, row_len=row_len(config, prompts, records, config.trainer.max_new_tokens),
-        pad_id=codec.pad_id, progress=progress and config.trainer.progress))
-    mzc = config.mindzero
-    timings = {"setup_s": time.perf_counter() - t0, "train_timesteps": len(records)}
-    t1 = time.perf_counter()
-    monitor = heldout_monitor(config, codec, test_eps)
-    if mzc.warmup.steps:  # checked and retried as the gridworld's warm-up is
-        budget = max(config.trainer.max_new_tokens, teacher_budget(config, codec, train_eps))
-        wcfg = dataclasses.replace(mz.warmup_trainer_config(config),
-                                   row_len=row_len(config, prompts, records, budget))
-        model, scores = mz.checked_warm_up(
-            config, model, run_dir, monitor, mesh, tasks=task_records(train_eps, config),
-            rollout=WarmupRollout(config, codec, train_eps, prompts), trainer_config=wcfg,
-            rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0])
-        if scores is not None:
-            timings["warmup_monitor"] = scores
-    timings["warmup_s"] = time.perf_counter() - t1
-    h = mzc.household
-    scorer = None
-    if "llm" in (h.likelihood, h.prior):
-        scorer = option_scorer(config, model, codec)  # frozen: the model SSRL starts from
-    terms = RewardTerms(config, train_eps, scorer, chat=codec.chat)
-    state = mz.run_ssrl(model, task_records(train_eps, config, mzc.data.stride),
-                        ParticleRollout(config, codec, prompts, terms), config, run_dir,
-                        monitor, timings, started=time.perf_counter(), run_started=t0,
-                        mesh=mesh)
-    return {"run_dir": str(run_dir), "timings": timings, "train": train_eps, "test": test_eps,
-            "state": state}
+
+    def ssrl_rollout(config, model):
+        h = config.mindzero.household
+        scorer = option_scorer(config, model, codec) if "llm" in (h.likelihood, h.prior) else None
+        terms = RewardTerms(config, train_eps, scorer, chat=codec.chat)
+        return ParticleRollout(config, codec, prompts, terms)
+
+    return Prepared(
+        model=model, codec=codec,
+        row_len=lambda completion: row_len(config, prompts, records, completion),
+        monitor=lambda config: heldout_monitor(config, codec, test_eps),
+        warmup_tasks=task_records(train_eps, config),
+        warmup_rollout=lambda config, wcfg: WarmupRollout(config, codec, train_eps, prompts),
+        ssrl_tasks=task_records(train_eps, config, config.mindzero.data.stride),
+        ssrl_rollout=ssrl_rollout,
+        teacher_budget=teacher_budget(config, codec, train_eps) if
+        config.mindzero.warmup.steps else 0,
+        rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0],
+        result={"train": train_eps, "test": test_eps},
+        timings={"train_timesteps": len(records)})

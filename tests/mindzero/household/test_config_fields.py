@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero.household import train as ht
 from jaxtom.household.goals import Goal
@@ -103,7 +104,6 @@ def test_household_warmup_is_the_checked_warmup_with_a_household_rebuild(tmp_pat
                                                                           monkeypatch):
     """The household runs the gridworld's checked warm-up (retries, check_at and
     min_distinct act), rebuilding its own model from the run's tokenizer for a retry."""
-    from jaxtom.mindzero import trainer as mz
     seen = {}
 
     class Stop(Exception):
@@ -113,13 +113,13 @@ def test_household_warmup_is_the_checked_warmup_with_a_household_rebuild(tmp_pat
         seen.update(kw, config=config, model=model)
         raise Stop
 
-    monkeypatch.setattr(mz, "checked_warm_up", checked)
+    monkeypatch.setattr(driver, "checked_warm_up", checked)
     cfg = load_config(TINY, [
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=2",
         "mindzero.data.eval_episodes=1", "mindzero.warmup.retries=2",
         "mindzero.warmup.check_at=100", "model.vocab_size=320"])
     with pytest.raises(Stop):
-        ht.train(cfg, progress=False)
+        driver.train(cfg, progress=False)
     assert isinstance(seen["rollout"], ht.WarmupRollout)
     assert seen["config"].mindzero.warmup.retries == 2
     fresh = seen["rebuild"](seen["config"])
@@ -137,7 +137,7 @@ def test_a_failed_household_warmup_is_retried_then_stops(tmp_path):
         "mindzero.warmup.retries=1", "mindzero.household.monitor_rows=2",
         "trainer.max_new_tokens=4", "trainer.eval_every=0", "model.vocab_size=320"])
     with pytest.raises(WarmupCollapsed, match="distinct completions"):
-        ht.train(cfg, progress=False)
+        driver.train(cfg, progress=False)
     for d in ("warmup_train", "warmup_train_1"):
         assert (tmp_path / d / "checkpoints").is_dir(), d
     assert not (tmp_path / "warmup").exists() and not (tmp_path / "ssrl").exists()

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
 from jaxtom.household import data as hd
 from jaxtom.mindzero.household import train as ht
@@ -61,7 +62,7 @@ def _metrics(path):
 def test_symbolic_micro_run_has_a_learning_signal_and_writes_checkpoints(tmp_path, monkeypatch):
     calls = _mix_in_teacher_completions(monkeypatch)
     cfg = _micro(tmp_path, "mindzero.warmup.steps=0", "trainer.max_new_tokens=96")
-    out = ht.train(cfg, progress=False)
+    out = driver.train(cfg, progress=False)
     assert int(out["state"].step) == 2 and calls["rows"] == 2 * 2 * 4
     rows = _metrics(tmp_path / "ssrl" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
@@ -151,7 +152,7 @@ def test_llm_scored_ssrl_runs_two_grpo_steps(tmp_path, monkeypatch):
                  "trainer.max_new_tokens=320",
                  "mindzero.household.likelihood=llm", "mindzero.household.prior=llm",
                  "mindzero.household.scorer=reference")
-    out = ht.train(cfg, progress=False)
+    out = driver.train(cfg, progress=False)
     assert int(out["state"].step) == 2
     rows = _metrics(tmp_path / "run" / "ssrl" / "metrics.jsonl")
     assert len(rows) == 2 and scored["queries"] > 0
