@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jaxtom import cli
+from jaxtom.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(glob.glob(str(ROOT / "configs" / "*.py")))
@@ -117,7 +118,7 @@ def run_configs(paths: list[str], tmp_path: Path):
     results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
                if line.startswith("RESULT ")]
     assert [r["config"] for r in results] == paths
-    for (path, _), r in zip(jobs, results):
+    for (path, overrides), r in zip(jobs, results):
         assert r["step"] == 2, r
         name = Path(path).stem
         workdir = tmp_path / name
@@ -126,6 +127,37 @@ def run_configs(paths: list[str], tmp_path: Path):
         assert [row["step"] for row in rows] == [1, 2], name
         for row in rows:
             assert all(v == v for v in row.values()), (name, row)  # no NaN
+        assert_path_did_its_work(load_config(path, overrides), workdir, rows)
+
+
+def assert_path_did_its_work(config, workdir: Path, rows: list[dict]) -> None:
+    """What each kind of run must have done beyond finishing without NaN: every update read
+    policy tokens with its prediction cap in (0, 1]; a MindZero run warmed up for its steps,
+    saved its models and logged rewards, validity and (goal tasks) a particle entropy and
+    log-likelihood in range; a CToM run with a prediction term trained it."""
+    import math
+    name = workdir.name
+    for row in rows:
+        assert row["policy_tokens"] > 0 and row["updates"] >= 1, (name, row)
+        assert 0.0 < row["eta"] <= 1.0 and 0.0 <= row["clip_frac"] <= 1.0, (name, row)
+        assert row["skipped"] in (0.0, 1.0), (name, row)
+    if config.kind == "mindzero":
+        mz = config.mindzero
+        warm = workdir / "warmup_train" / "metrics.jsonl"
+        if mz.warmup.steps:
+            assert len(warm.read_text().splitlines()) == mz.warmup.steps, name
+            assert (workdir / "warmup").is_dir(), name
+        assert (workdir / "checkpoint").is_dir(), name
+        for row in rows:
+            assert 0.0 <= row["valid"] <= 1.0 and row["reward_std"] >= 0.0, (name, row)
+            if "q_entropy" in row:  # goal particles: q over n hypotheses
+                top = math.log(max(mz.data.num_particles, 1)) + 1e-5
+                assert 0.0 <= row["q_entropy"] <= top and row["likelihood"] <= 1e-6, (name, row)
+            if "answer_a" in row:  # QA: a share of answers
+                assert 0.0 <= row["answer_a"] <= 1.0, (name, row)
+    elif config.kind == "ctom" and config.step.lambda_pred > 0:
+        for row in rows:
+            assert row["loss_pred"] >= 0.0 and row["grad_norm_pred"] >= 0.0, (name, row)
 
 
 def cpu_configs(mindzero: bool) -> list[str]:
