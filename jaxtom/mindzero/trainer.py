@@ -32,13 +32,10 @@ from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.trainer import (Rollout, compact_kwargs, completion_rows, explore_kwargs,
                                sample_rows)
 from jaxtom.tokenizer import Tokenizer
-from jaxtom.mindzero.data import PromptCache, max_row_len, task_records  # noqa: F401
-from jaxtom.mindzero.model_io import restore_params, save_model  # noqa: F401
-from jaxtom.mindzero.monitor import (  # noqa: F401  (re-exported: the run's public names)
-    BestModel, heldout_monitor, monitor_rows, monitor_scores)
-from jaxtom.mindzero.warmup import (  # noqa: F401
-    EarlyWarmupCheck, WarmupCollapsed, WarmupRollout, check_warmup, checked_warm_up,
-    longest_teacher_target, teacher_rollout, warmup_step_config, warmup_trainer_config)
+from jaxtom.mindzero.data import PromptCache, max_row_len, task_records
+from jaxtom.mindzero.model_io import restore_params
+from jaxtom.mindzero.monitor import heldout_monitor
+from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
 
 _elbo = jax.jit(elbo_reward, static_argnames=("cfg",))
 

@@ -28,7 +28,11 @@ from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
 from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.data import PromptCache, task_records
+from jaxtom.mindzero.monitor import monitor_rows, monitor_scores
 from jaxtom.mindzero.observation import HostEpisodes
+from jaxtom.mindzero.reward import cumulative_log_likelihoods
+from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
 from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
 from jaxtom.models import Qwen3VL, init_qwen3_vl
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
@@ -89,7 +93,7 @@ class VLPrompts:
     picture preprocessed (patches, grid); every picture of a run has one size."""
 
     def __init__(self, config, codec: Codec, view: HostEpisodes, vl: VLConfig):
-        self.text = text_trainer.PromptCache(config, codec, view)
+        self.text = PromptCache(config, codec, view)
         self.view, self.vl = view, vl
         self.cell = config.mindzero.data.image_cell_size
         self.cache: dict[tuple[int, int], list[int]] = {}
@@ -160,7 +164,7 @@ def global_vl_batch(rollout, keys: Sequence[tuple[int, int]], prompts: "VLPrompt
     return r
 
 
-class VLWarmupRollout(text_trainer.WarmupRollout):
+class VLWarmupRollout(WarmupRollout):
     """The format warm-up on image prompts (teacher targets as in the text warm-up)."""
 
     def __init__(self, config, codec: Codec, view: HostEpisodes, prompts: VLPrompts,
@@ -215,7 +219,7 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
     accuracy, log score of the true goal, distinct completions."""
     d, e_cfg = config.mindzero.data, config.mindzero.eval
     prompts = VLPrompts(config, codec, view, vl)
-    rows, true = text_trainer.monitor_rows(config, view, num_rows)
+    rows, true = monitor_rows(config, view, num_rows)
     n = d.num_particles
     ids = [prompts(e, t) for e, t in rows]
 
@@ -227,7 +231,7 @@ def vl_heldout_monitor(config, view: HostEpisodes, codec: Codec, vl: VLConfig,
                                 temperature=e_cfg.temperature, stop=list(codec.eos_ids),
                                 pad_id=codec.pad_id, rows_per_call=config.trainer.rollout_rows)
         texts = [codec.decode(s) for s in seqs]
-        return text_trainer.monitor_scores(texts, rows, true, view, n, e_cfg.score_mix)
+        return monitor_scores(texts, rows, true, view, n, e_cfg.score_mix)
     return score
 
 
@@ -243,7 +247,7 @@ def prepare(config, run_dir: Path, mesh):
     prompts = VLPrompts(config, codec, view, vl)
 
     def ssrl_rollout(config, model):
-        table = np.asarray(text_trainer.cumulative_log_likelihoods(
+        table = np.asarray(cumulative_log_likelihoods(
             train_eps.trajectories, text_trainer.env_params(config)))
         return VLParticleRollout(config, codec, view, table, prompts)
 
@@ -251,12 +255,12 @@ def prepare(config, run_dir: Path, mesh):
         model=model, codec=codec,
         row_len=lambda completion: vl_row_len(config, prompts, view, completion),
         monitor=lambda config: vl_heldout_monitor(config, test_view, codec, vl),
-        warmup_tasks=text_trainer.task_records(view, 1),
+        warmup_tasks=task_records(view, 1),
         warmup_rollout=lambda config, wcfg: VLWarmupRollout(config, codec, view, prompts,
                                                             wcfg.row_len),
-        ssrl_tasks=text_trainer.task_records(view, config.mindzero.data.stride),
+        ssrl_tasks=task_records(view, config.mindzero.data.stride),
         ssrl_rollout=ssrl_rollout,
-        teacher_budget=text_trainer.longest_teacher_target(config, codec, view) if
+        teacher_budget=longest_teacher_target(config, codec, view) if
         config.mindzero.warmup.steps else 0,
         rebuild=lambda cfg: build_vl_model(cfg, run_dir, mesh=mesh)[0],
         result={"train": train_eps, "test": test_eps})

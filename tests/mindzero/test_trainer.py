@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from jaxtom.config import ConfigError, load_config
-from jaxtom.mindzero.trainer import WarmupCollapsed, check_warmup
+from jaxtom.mindzero.warmup import WarmupCollapsed, check_warmup
 
 
 def test_an_input_independent_warmup_stops_the_run_with_what_to_do():
@@ -71,7 +71,7 @@ def test_a_warmup_that_does_not_name_the_lead_stops_the_run_with_what_to_do():
 def test_lead_first_counts_answers_whose_first_hypothesis_names_the_listed_lead(episodes):
     from jaxtom.mindzero.observation import HostEpisodes, approach_order
     from jaxtom.mindzero.particles import format_particles
-    from jaxtom.mindzero.trainer import monitor_scores
+    from jaxtom.mindzero.monitor import monitor_scores
     view = HostEpisodes.from_episodes(episodes)
     rows = [(e, t) for e in range(len(view)) for t in (1, int(view.length[e]) - 1)]
     true = np.zeros(len(rows), int)
@@ -110,7 +110,7 @@ def test_an_early_check_abandons_a_warmup_attempt_at_its_step_and_a_rerun_skips_
     step past it is trained), is marked abandoned, and a rerun of the run directory does not
     train it again; the retry runs its own attempt."""
     from jaxtom.mindzero.driver import train
-    from jaxtom.mindzero.trainer import EarlyWarmupCheck
+    from jaxtom.mindzero.warmup import EarlyWarmupCheck
     from tests.mindzero.test_determinism import MICRO
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
         f"trainer.workdir='{tmp_path}'", *MICRO, "mindzero.warmup.steps=4",
@@ -150,7 +150,7 @@ def test_best_model_keeps_the_best_monitor_score_and_a_rerun_chooses_from_the_sa
     keeps the best log score (the warm-up's at step 0 included; ties keep the earlier step),
     leaves one kept model on disk, and a new hook on the same directory (a resumed run)
     starts from that record."""
-    from jaxtom.mindzero.trainer import BestModel
+    from jaxtom.mindzero.monitor import BestModel
     scripted = {50: -4.0, 100: -3.0, 150: -3.0, 200: -6.0}
     seen = []
 
@@ -174,7 +174,7 @@ def test_best_model_keeps_the_best_monitor_score_and_a_rerun_chooses_from_the_sa
 
 
 def test_best_model_keeps_the_warmup_when_ssrl_never_beats_it(tmp_path):
-    from jaxtom.mindzero.trainer import BestModel
+    from jaxtom.mindzero.monitor import BestModel
     warm, later = _tiny_decoder(0), _tiny_decoder(1)
     best = BestModel(lambda step, model: {"log_score": -6.0}, tmp_path, warm,
                      {"log_score": -5.0})

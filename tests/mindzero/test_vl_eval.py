@@ -14,6 +14,7 @@ import pytest
 from jaxtom import flops
 from jaxtom.config import load_config
 from jaxtom.mindzero import trainer as text_trainer
+from jaxtom.mindzero.model_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.run import evaluate_run
 from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
@@ -29,7 +30,7 @@ def _saved_run(cfg, run_dir, build):
     train, test = text_trainer.make_episodes(cfg)
     views = (HostEpisodes.from_episodes(train), HostEpisodes.from_episodes(test))
     model, _ = build(cfg, run_dir, views=views)
-    text_trainer.save_model(model, run_dir / "checkpoint")
+    save_model(model, run_dir / "checkpoint")
     return run_dir / "checkpoint"
 
 

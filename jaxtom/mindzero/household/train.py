@@ -42,6 +42,7 @@ from jaxtom.mindzero.household import reward as hr
 from jaxtom.household.particles import parse_particles, to_arrays
 from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.policy import Codec, train_bpe
+from jaxtom.mindzero.warmup import teacher_rollout
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.trainer import Rollout, compact_kwargs, completion_rows, sample_rows
@@ -236,7 +237,7 @@ class WarmupRollout:
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
-        return mz.teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
+        return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                lambda e, t, rng: hd.warmup_target(
                                    self.episodes[e], t, d.num_particles, rng, w.teacher))
 

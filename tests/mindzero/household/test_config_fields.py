@@ -10,7 +10,7 @@ from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero.household import train as ht
 from jaxtom.household.goals import Goal
 from jaxtom.household.particles import format_particles
-from jaxtom.mindzero.trainer import WarmupCollapsed
+from jaxtom.mindzero.warmup import WarmupCollapsed
 
 TINY = "configs/mindzero_household_tiny.py"
 TABLE = Goal.make("setup_table", {"plate": 2, "cutleryfork": 2}, "kitchentable")
