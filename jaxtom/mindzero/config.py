@@ -35,7 +35,7 @@ class DataSpec:
     # > 0: this many validation episodes (fresh layouts, apart from train and eval): the
     # held-out monitor and the warm-up checks read them instead of the eval episodes, and
     # SSRL keeps the model of its best monitor log score (the warm-up's included) rather than
-    # its last (`jaxtom.mindzero.trainer.BestModel`); 0: the monitor reads the eval
+    # its last (`jaxtom.mindzero.monitor.BestModel`); 0: the monitor reads the eval
     # episodes, for logging only, and the last step is kept
     val_episodes: int = 0
 
