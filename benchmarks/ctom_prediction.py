@@ -28,68 +28,15 @@ import os
 import tempfile
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jaxtom.config import apply_overrides
 from jaxtom.ctom import experiments
-from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.controller import ControllerConfig
 from jaxtom.ctom.data import load_tasks
-from jaxtom.ctom.policies import SamplerPolicy
-from jaxtom.ctom.protocol import PREDICTION_END
-from jaxtom.ctom.targets import fit_target, prediction_targets
-from jaxtom.ctom.train import CToMTrainer, load_model_and_tokenizer, make_simulator
-from jaxtom.rl.batch import prediction_batch
-from jaxtom.rl.losses import token_logprobs
-
-
-def heldout_pairs(model, tok, tasks, settings, conversations: int, rounds: int,
-                  temperature: float, row_len: int, seed: int):
-    """(context, reply + closing tag) token pairs from the untrained model's conversations on
-    `tasks`, fitted to `row_len` as the trainer fits them (kept whole when they fit)."""
-    cfg = ControllerConfig.for_domain(settings.domain,
-                                      **{**settings.controller, "max_rounds": rounds})
-    simulator = make_simulator(settings)
-    policy = SamplerPolicy(model, tok, temperature=temperature, reuse_cache=settings.reuse_cache)
-    convs = run_conversations([t for t in tasks for _ in range(conversations)], policy,
-                              simulator, tok, cfg, key=jax.random.key(seed + 12345),
-                              seed=seed + 12345)
-    targets = prediction_targets(convs, simulator, seed=seed + 12345)
-    closing = tok.encode(PREDICTION_END)
-    pairs, kinds = [], []
-    for t in targets:
-        fitted = fit_target(t.context, tok.encode(t.target), closing, row_len)
-        if fitted is not None:
-            pairs.append((fitted[0], fitted[1]))
-            kinds.append("counterfactual" if t.counterfactual else "real")
-    return pairs, kinds, sum(c.failed is not None for c in convs)
-
-
-def pair_nll(model, pairs, row_len: int, rows_per_call: int = 4) -> np.ndarray:
-    """Mean per-token NLL of each pair's reply given its context, [num_pairs]."""
-    graph, state = nnx.split(model)
-
-    @jax.jit
-    def nll_rows(state, tokens, positions, segments, target):
-        m = nnx.merge(graph, state)
-        logp = token_logprobs(m(tokens, positions, segments), tokens)
-        return -(logp * target).sum(-1) / jnp.maximum(target.sum(-1), 1.0)
-
-    out = []
-    for i in range(0, len(pairs), rows_per_call):
-        chunk = pairs[i:i + rows_per_call]
-        b = prediction_batch([c for c, _ in chunk], [r for _, r in chunk],
-                             num_rows=rows_per_call, row_len=row_len)
-        vals = nll_rows(state, b.tokens, b.positions, b.segment_ids, b.target_mask)
-        out.extend(np.asarray(vals)[:len(chunk)].tolist())
-    return np.asarray(out, np.float64)
-
-
-def mean_se(x) -> tuple[float, float]:
-    x = np.asarray(x, np.float64)
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
+from jaxtom.ctom.heldout import heldout_pairs, mean_se, pair_nll
+from jaxtom.ctom.train import (CToMTrainer, load_model_and_tokenizer, make_simulator,
+                               sampler_policy)
 
 
 def train_one(config, tok, tasks, lambda_pred: float, workdir: str):
@@ -146,16 +93,22 @@ def main(argv=None) -> dict:
                          f"--train-tasks {args.train_tasks}")
     t0 = time.time()
     model0, tok = load_model_and_tokenizer(config)
-    pairs, kinds, failed = heldout_pairs(model0, tok, held, s, args.heldout_conversations,
-                                         args.heldout_rounds, config.trainer.temperature,
-                                         row_len, args.seed)
+    # the untrained model's conversations (held-out rounds), its predictions' contexts and
+    # the user's real and counterfactual replies
+    cfg = ControllerConfig.for_domain(s.domain, **{**s.controller,
+                                                   "max_rounds": args.heldout_rounds})
+    pairs = heldout_pairs(sampler_policy(model0, tok, s, temperature=config.trainer.temperature),
+                          make_simulator(s), tok, held, cfg,
+                          conversations=args.heldout_conversations, row_len=row_len,
+                          seed=args.seed + 12345)
     if len(pairs) < 2:
-        raise SystemExit(f"only {len(pairs)} held-out pairs ({failed} conversations failed)")
+        raise SystemExit(f"only {len(pairs)} held-out pairs")
+    kinds = ["counterfactual" if c else "real" for c in pairs.counterfactual]
     print(f"{len(pairs)} held-out pairs ({kinds.count('real')} real, "
           f"{kinds.count('counterfactual')} counterfactual) from {len(held)} held-out "
-          f"{s.domain} tasks x {args.heldout_conversations}; {failed} conversations failed; "
-          f"reply tokens per pair {np.mean([len(r) for _, r in pairs]):.1f}", flush=True)
-    base = pair_nll(model0, pairs, row_len)
+          f"{s.domain} tasks x {args.heldout_conversations}; reply tokens per pair "
+          f"{np.mean([len(r) for r in pairs.replies]):.1f}", flush=True)
+    base = pair_nll(model0, pairs, row_len, rows_per_call=4)
     real = np.asarray([k == "real" for k in kinds])
     results = {"domain": s.domain, "steps": args.steps, "seed": args.seed, "lr": args.lr,
                "lora_rank": args.rank, "train_tasks": len(train_tasks),
@@ -166,7 +119,7 @@ def main(argv=None) -> dict:
         t = time.time()
         with tempfile.TemporaryDirectory() as workdir:
             model, metrics = train_one(config, tok, train_tasks, lam, workdir)
-        nll = pair_nll(model, pairs, row_len)
+        nll = pair_nll(model, pairs, row_len, rows_per_call=4)
         name = f"lambda_pred={lam:g}"
         results[f"nll_{name}"] = mean_se(nll)
         results[f"change_{name}"] = mean_se(nll - base)

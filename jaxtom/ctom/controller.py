@@ -279,6 +279,9 @@ def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
         if code_scorer is None:
             from jaxtom.ctom.sandbox import score_coding as code_scorer
         conv.score = code_scorer(conv.submission, task.tests or "") if conv.submission else 0.0
+    elif task.domain == "packing":
+        from jaxtom.ctom.packing import score as score_packing
+        conv.score = score_packing(conv.submission, task)
     else:
         conv.score = rouge_l_f1(conv.submission, task.reference) if conv.submission else 0.0
     d = domain_settings(task.domain)

@@ -16,13 +16,13 @@ from typing import Any, Iterable
 from jaxtom.ctom.scoring import extract_boxed
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-DOMAIN_NAMES = ("math", "coding", "writing")
+DOMAIN_NAMES = ("math", "coding", "writing", "packing")  # packing: jaxtom.ctom.packing
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
     id: str
-    domain: str  # math | coding | writing
+    domain: str  # math | coding | writing | packing
     prompt: str  # the opening request u_0, all the assistant sees
     hidden: str = ""  # what only the user knows (spec, notes); empty for math
     reference: str = ""  # math answer, coding reference solution, or writing reference article

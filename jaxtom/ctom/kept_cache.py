@@ -95,8 +95,10 @@ def device_bytes(cfg, conversations: int, slots: int, mesh: Mesh | None = None) 
 class KeptCaches:
     """Per-conversation KV caches for `sampling.generate`, reused by longest token prefix."""
 
-    def __init__(self, model, max_cache_len: int | None = None):
+    def __init__(self, model, max_cache_len: int | None = None, *, min_rows: int = 0,
+                 min_slots: int = 0):
         self.model, self.max_cache_len = model, max_cache_len
+        self.min_rows, self.min_slots = min_rows, min_slots
         self.store: KVCache | None = None
         self.held: dict[int, list[int]] = {}  # token ids in each conversation's first slots
 
@@ -153,6 +155,10 @@ class KeptCaches:
         starts, chunks = self.plan(contexts, conversations)
         batch, slots = sampling.call_shape(self.model, starts, [len(c) for c in chunks],
                                            buffer_len, self.max_cache_len)
+        # fixed shapes (a small model whose calls cost less than their compiles): every call
+        # pads to at least min_rows rows and min_slots slots, so a few programs serve a run
+        batch = max(batch, sampling.bucket(self.min_rows, 1, self._row_multiple))
+        slots = max(slots, self.min_slots)
         self._reserve(max(conversations) + 1, slots)
         _, _, gather, scatter = _programs(self.mesh)
         n_store = self.store.k.shape[1]

@@ -17,16 +17,19 @@ class SamplerPolicy:
     rounds (`kept_cache.KeptCaches`), so a phase prefills only the tokens its conversation's
     cache lacks; without it every phase prefills its whole context. Both see the same token
     sequences, so greedy transcripts agree. `prefilled` counts the tokens prefilled per
-    conversation either way. Row i of a call samples with `fold_in(key, conversations[i])`,
+    conversation either way. `min_rows` / `min_slots` pad every kept-cache call to fixed
+    shapes (`KeptCaches`). Row i of a call samples with `fold_in(key, conversations[i])`,
     so its tokens do not depend on which other conversations share the call.
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 1.0, top_p: float = 1.0,
-                 top_k: int = 0, max_cache_len: int | None = None, reuse_cache: bool = True):
+                 top_k: int = 0, max_cache_len: int | None = None, reuse_cache: bool = True,
+                 min_rows: int = 0, min_slots: int = 0):
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.max_cache_len = max_cache_len
-        self.caches = KeptCaches(model, max_cache_len) if reuse_cache else None
+        self.caches = KeptCaches(model, max_cache_len, min_rows=min_rows,
+                                 min_slots=min_slots) if reuse_cache else None
         self.prefilled: dict[int, int] = {}
 
     def generate(self, contexts, *, max_new_tokens, stop, kind, key, conversations=None,

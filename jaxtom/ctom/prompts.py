@@ -181,11 +181,26 @@ Return valid JSON and nothing else:
 ```"""
 
 
-SYSTEM_PROMPTS = {"math": MATH_SYSTEM, "coding": CODING_SYSTEM, "writing": WRITING_SYSTEM}
+# ---- the packing domain (jaxtom.ctom.packing): this project's CPU task, not the paper's ----
+# a few tokens: a from-scratch model reads them in every row, and a long constant prefix
+# dilutes the attention it must learn (jaxtom.ctom.tiny); the warm-up teaches the protocol
+PACKING_SYSTEM = "plan , draft , predict , revise ."
+PACKING_BASELINE_SYSTEM = "answer directly ."
+
+PACKING_SIMULATOR = r"""/no_think
+You are a human packing for this trip: {problem}
+The items you need, one per cue: {hidden_information}
+Read the conversation. If the assistant's last list lacks an item you need, name the first one it lacks ("i also need ITEM ."); if it lists an item you do not need, say so ("i do not need ITEM ."); otherwise reply "ok , that is all .". Answer a question with the first item you need that it has not listed ("i need ITEM ."). If the last message starts with I WANT TO ANSWER:, reply [[TERMINATE CHAT]].
+Conversation:
+{chat_history}
+Respond in JSON: {"response": "..."}"""
+
+SYSTEM_PROMPTS = {"math": MATH_SYSTEM, "coding": CODING_SYSTEM, "writing": WRITING_SYSTEM,
+                  "packing": PACKING_SYSTEM}
 BASELINE_PROMPTS = {"math": MATH_BASELINE_SYSTEM, "coding": CODING_BASELINE_SYSTEM,
-                    "writing": WRITING_BASELINE_SYSTEM}
+                    "writing": WRITING_BASELINE_SYSTEM, "packing": PACKING_BASELINE_SYSTEM}
 SIMULATOR_PROMPTS = {"math": MATH_SIMULATOR, "coding": CODING_SIMULATOR,
-                     "writing": WRITING_SIMULATOR}
+                     "writing": WRITING_SIMULATOR, "packing": PACKING_SIMULATOR}
 ANSWER_MARKER = "I WANT TO ANSWER:"
 
 

@@ -150,6 +150,8 @@ class ScriptedSimulator:
     coding: code is run against the task's tests (sandbox); all pass -> "ok", else the first
     fact of the spec; a question -> the spec fact sharing most words with it.
     writing: a draft -> the note least covered by it (or "ok"); a question -> the best fact.
+    packing: the first needed item a list lacks, else an item to drop, else acceptance
+    (`jaxtom.ctom.packing.user_reply`).
     A COMMIT submission on coding/writing -> the end signal.
     """
 
@@ -171,6 +173,9 @@ class ScriptedSimulator:
             if score_math(last, task.reference):
                 return "ok, that's right."
             return "That's wrong, could you double-check your work?"
+        if task.domain == "packing":
+            from jaxtom.ctom.packing import user_reply
+            return user_reply(task, last)
         facts = _facts(task.hidden) or ["I have no additional requirement for that"]
         is_code = task.domain == "coding" and "def task_func" in last
         if is_code:

@@ -26,10 +26,19 @@ from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 
 
 @dataclasses.dataclass(frozen=True)
+class WarmupSettings:
+    """The format warm-up of a from-scratch model (`jaxtom.ctom.tiny`); steps 0 skips it."""
+    steps: int = 300
+    batch_size: int = 4  # tasks per step, each played by the teacher in both modes
+    learning_rate: float = 3e-3
+    random_weight: float = 0.1  # loss weight of the teacher's random draws (tiny.weighted_mask)
+
+
+@dataclasses.dataclass(frozen=True)
 class CToMSettings:
     domain: str = "math"
-    tasks: str = "builtin"  # or a path in the paper's format for the domain
-    num_tasks: int = 0  # 0: all
+    tasks: str = "builtin"  # or a path in the paper's format; packing: generated from the seed
+    num_tasks: int = 0  # 0: all (packing: the number of training tasks to generate)
     simulator: str = "scripted"  # scripted | http | llm
     simulator_url: str = ""  # http: the OpenAI-compatible /v1 base URL
     simulator_model: str = ""  # http: served model name; llm: a .gguf file or HF model dir
@@ -39,18 +48,24 @@ class CToMSettings:
     controller: dict = dataclasses.field(default_factory=dict)  # ControllerConfig overrides
     pred_rows: int = 0  # 0: one prediction row per target (all trained); N: at most N rows
     pred_row_len: int = 2048
-    eval_tasks: int = 0  # 0: the training tasks
+    eval_tasks: int = 0  # 0: the training tasks (packing: held-out tasks, never trained on)
     eval_conversations: int = 2  # per task
+    warmup: WarmupSettings = WarmupSettings()  # a from-scratch model's (model.path "")
     # keep each conversation's KV cache between phases and rounds (prefill only new tokens);
     # False re-prefills every phase's whole context (same transcripts under greedy decoding)
     reuse_cache: bool = True
+    # pad every sampler call to at least this many rows and cache slots (0: bucketed): a tiny
+    # model's calls cost less than compiling each new (rows, slots) shape
+    sampler_min_rows: int = 0
+    sampler_min_slots: int = 0
 
 
     def validate(self, config) -> None:
         """Raises `jaxtom.config.ConfigError` naming the first wrong `ctom.` field."""
         from jaxtom.config import ConfigError
-        if self.domain not in ("math", "coding", "writing"):
-            raise ConfigError("ctom.domain", "'math', 'coding' or 'writing'", self.domain)
+        if self.domain not in ("math", "coding", "writing", "packing"):
+            raise ConfigError("ctom.domain", "'math', 'coding', 'writing' or 'packing'",
+                              self.domain)
         if self.simulator not in ("scripted", "http", "llm"):
             raise ConfigError("ctom.simulator", "'scripted', 'http' or 'llm'", self.simulator)
         for name in ("num_tasks", "pred_rows", "eval_tasks"):
@@ -179,8 +194,8 @@ class ConversationRollout:
         group = [r["task"] for r in tasks for _ in range(cfg.group_size)]
         groups = [int(r["row"]) for r in tasks for _ in range(cfg.group_size)]
         # conversation i (the policy's row id) is the global sampler row r * G + g
-        policy = SamplerPolicy(model, self.tok, temperature=cfg.temperature, top_p=cfg.top_p,
-                               reuse_cache=s.reuse_cache)
+        policy = sampler_policy(model, self.tok, s, temperature=cfg.temperature,
+                                top_p=cfg.top_p)
         simulator = lockstep.shared_simulator(self.simulator)
         convs = run_conversations(group, policy, simulator, self.tok, self.controller,
                                   key=key, seed=step, host_map=lockstep.shared_map)
@@ -210,6 +225,12 @@ class ConversationRollout:
                        count=max(len(ok), 1))
 
 
+def sampler_policy(model, tok, s: CToMSettings, **kwargs) -> SamplerPolicy:
+    """The controller's policy on `model`, as the settings ask (kept caches, fixed shapes)."""
+    return SamplerPolicy(model, tok, reuse_cache=s.reuse_cache, min_rows=s.sampler_min_rows,
+                         min_slots=s.sampler_min_slots, **kwargs)
+
+
 def task_records(tok, tasks) -> list[dict]:
     return [{"prompt": tok.encode(t.prompt), "task": t} for t in tasks]
 
@@ -227,17 +248,43 @@ class CToMTrainer(Trainer):
         self.tok, self.settings = tok, settings
 
 
-def training_tasks(settings: CToMSettings):
+def packing_tasks(settings: CToMSettings, seed: int):
+    """(training, held-out) packing tasks of a run: generated from its seed."""
+    from jaxtom.ctom.packing import make_tasks
+    return make_tasks(seed, settings.num_tasks or 256, settings.eval_tasks or 64)
+
+
+def training_tasks(settings: CToMSettings, seed: int = 0):
+    if settings.domain == "packing":
+        return packing_tasks(settings, seed)[0]
     tasks = load_tasks(settings.domain,
                        None if settings.tasks == "builtin" else settings.tasks)
     return tasks[:settings.num_tasks] if settings.num_tasks else tasks
 
 
+def evaluation_tasks(settings: CToMSettings, seed: int = 0):
+    """What `jaxtom eval` scores: packing's held-out tasks; else the first `eval_tasks`
+    (or `num_tasks`) of the task set."""
+    if settings.domain == "packing":
+        return packing_tasks(settings, seed)[1]
+    tasks = load_tasks(settings.domain, None if settings.tasks == "builtin" else settings.tasks)
+    return tasks[:settings.eval_tasks or settings.num_tasks or len(tasks)]
+
+
+def policy_and_tokenizer(config, mesh=None):
+    """The policy a run starts from: a checkpoint (`model.path`), or a tiny decoder trained
+    from scratch after its format warm-up (`jaxtom.ctom.tiny`, `model.path` "")."""
+    if not config.model.path:
+        from jaxtom.ctom.tiny import model_and_tokenizer
+        return model_and_tokenizer(config, mesh)
+    return load_model_and_tokenizer(config, mesh)
+
+
 def train(config, mesh=None):
     """Trains a CToM config (`jaxtom train`); returns the final TrainState."""
-    model, tok = load_model_and_tokenizer(config, mesh)
-    trainer = CToMTrainer(model, tok, training_tasks(config.ctom), config.step, config.trainer,
-                          config.ctom, mesh=mesh)
+    model, tok = policy_and_tokenizer(config, mesh)
+    trainer = CToMTrainer(model, tok, training_tasks(config.ctom, config.trainer.seed),
+                          config.step, config.trainer, config.ctom, mesh=mesh)
     del model  # the trainer lets the loaded model go once its (sharded) state is built
     return trainer.run()
 

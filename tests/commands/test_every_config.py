@@ -57,7 +57,7 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
     tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny",
                     "mindzero_gridworld_qwen3vl_tiny",
                     "mindzero_household_tiny",
-                    "mindzero_household_qa_tiny")  # own BPE + random init
+                    "mindzero_household_qa_tiny", "ctom_tiny")  # own BPE + random init
     if not tiny:  # Qwen3-VL configs (image observations) get a Qwen3-VL stand-in
         out.append(f"model.path={standin}_vl" if "qwen3vl" in name else f"model.path={standin}")
     if name.startswith("mindzero"):
@@ -80,7 +80,10 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
                   "ctom.controller.max_revisions=1", "ctom.controller.plan_cap=6",
                   "ctom.controller.ask_cap=8", "ctom.controller.draft_cap=12",
                   "ctom.controller.revision_cap=12", "ctom.controller.prediction_cap=8",
-                  "ctom.controller.response_cap=12"]
+                  "ctom.controller.response_cap=12"] + (
+        # the packing default: generated tasks (enough to see every cue), a 2-step warm-up
+        ["ctom.num_tasks=48", "ctom.eval_tasks=4", "ctom.warmup.steps=2",
+         "ctom.warmup.batch_size=2", "model.vocab_size=320"] if tiny else [])
 
 
 SCRIPT = textwrap.dedent("""

@@ -1,0 +1,178 @@
+"""CToM's CPU default: a tiny decoder trained from scratch on the packing domain.
+
+`prepare(config, mesh)` gives the policy a `jaxtom train` / `jaxtom eval` run starts from when
+`model.path` is "": a byte-level BPE trained on the label-free teacher's transcripts (tags,
+items and cues as whole tokens, Qwen3 chat turns), a random decoder, and the format warm-up:
+supervised on the teacher's conversations in both prompts (CToM and direct), so that the
+untrained-by-RL model is Prompting Base in direct mode and the starting point of CToM,
+Naive GRPO and the ablations alike. All of it is saved in the run's directory (tokenizer.json,
+warmup/) and reused on resume and by `jaxtom eval`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from jaxtom import storage
+from jaxtom.ctom import packing
+from jaxtom.ctom import protocol as P
+from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.policies import ScriptedPolicy
+from jaxtom.ctom.prompts import ANSWER_MARKER
+from jaxtom.ctom.simulators import ScriptedSimulator
+from jaxtom.ctom.teacher import PackingTeacher
+from jaxtom.rl.trainer import Rollout, Trainer
+from jaxtom.tokenizer import Tokenizer
+
+PAD = "<pad>"
+SPECIALS = (PAD, "<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CORPUS_CONVERSATIONS = 96
+
+
+def bpe(texts, vocab_size: int) -> Tokenizer:
+    """A byte-level BPE with Qwen3's chat specials; every protocol tag, the answer marker,
+    stock phrase, item and cue is one token (with and without a leading space), so a list is
+    four tokens, a reply three, and copying an item is copying one token."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(list(texts) or ["a"], trainer)
+    words = packing.ITEMS + packing.CUES
+    glue = ["system\n", "user\n", "assistant\n"]  # chat turn headers: one token each
+    tok.add_tokens(list(P.TAGS) + [ANSWER_MARKER] + list(packing.PHRASES) + glue + list(words)
+                   + [f" {w}" for w in words])
+    return Tokenizer(tok, chat_format="qwen3", eos_tokens=("<|im_end|>", "<|endoftext|>"))
+
+
+def teacher_conversations(tasks, tok, controller: ControllerConfig, rng: np.random.Generator):
+    """The teacher's conversations with the scripted user, in `controller.mode`."""
+    policy = ScriptedPolicy(tok, PackingTeacher(rng))
+    return run_conversations(tasks, policy, ScriptedSimulator(), tok, controller,
+                             key=jax.random.key(0))
+
+
+def controllers(settings) -> dict[str, ControllerConfig]:
+    """The run's CToM controller and its direct (baseline) twin, same caps."""
+    base = {k: v for k, v in settings.controller.items() if k != "mode"}
+    return {mode: ControllerConfig.for_domain(settings.domain, **base, mode=mode)
+            for mode in ("ctom", "direct")}
+
+
+def corpus(tasks, settings, seed: int) -> list[str]:
+    """Transcripts for the BPE: teacher conversations in both modes through a bytes-only
+    tokenizer (the same rendering the trained one will see)."""
+    rng = np.random.default_rng([seed, 7717])
+    pick = [tasks[i] for i in rng.choice(len(tasks), CORPUS_CONVERSATIONS)]
+    raw = bpe([], 0)
+    texts = []
+    for ctrl in controllers(settings).values():
+        for conv in teacher_conversations(pick, raw, ctrl, rng):
+            texts += [raw.decode(seg.tokens) for seg in conv.sequences]
+    return texts
+
+
+def item_ids(tok) -> frozenset[int]:
+    return frozenset(tok.token_to_id(w) for item in packing.ITEMS for w in (item, f" {item}"))
+
+
+def weighted_mask(tokens, policy, items: frozenset[int], random_weight: float) -> list[float]:
+    """The policy mask with each item the teacher drew at random (an item token not in the
+    context before it: a guess, or a guessed reply) weighted by `random_weight`.
+
+    Their targets are noise (uniform over a slot's items); at full weight their gradients
+    drowned the copying the warm-up must teach (revisions and later lists copy items from
+    the context): a from-scratch decoder then never learned to copy (measured: the NLL of
+    copyable items stayed at chance, log 10, after 800 steps; at weight 0.1 a synthetic
+    copy task with the same noise learns in 300)."""
+    out, seen = [], set()
+    for t, m in zip(tokens, policy):
+        out.append(m * random_weight if m and t in items and t not in seen else m)
+        seen.add(t)
+    return out
+
+
+class TeacherRollout:
+    """Warm-up batches: each task's teacher conversation in CToM mode and in direct mode,
+    every round's sequence a supervised row (the policy mask: what the policy writes, with
+    random draws down-weighted: `weighted_mask`), advantage 1. Drawn from
+    `default_rng([seed, step])`: the same after a resume."""
+
+    def __init__(self, tok, settings, seed: int):
+        self.tok, self.seed = tok, seed
+        self.controllers = controllers(settings)
+        self.items, self.random_weight = item_ids(tok), settings.warmup.random_weight
+
+    def __call__(self, model, tasks, key, step) -> Rollout:
+        rng = np.random.default_rng([self.seed, 9151, step])
+        seqs, masks = [], []
+        for ctrl in self.controllers.values():
+            for conv in teacher_conversations([r["task"] for r in tasks], self.tok, ctrl, rng):
+                seqs += [list(s.tokens) for s in conv.sequences]
+                masks += [weighted_mask(s.tokens, s.policy, self.items, self.random_weight)
+                          for s in conv.sequences]
+        return Rollout(seqs, masks, [1.0] * len(seqs), list(range(len(seqs))),
+                       count=len(seqs), metrics={"rows": float(len(seqs)),
+                                                 "row_tokens": float(np.mean(list(map(len, seqs))))})
+
+
+def warmup_configs(config):
+    w = config.ctom.warmup
+    step = dataclasses.replace(config.step, learning_rate=w.learning_rate, kl_coef=0.0,
+                               weight_decay=0.0, total_steps=max(w.steps, 1),
+                               warmup_steps=min(10, w.steps), lambda_entropy=0.0,
+                               lambda_pred=0.0, end_lr_ratio=0.0, reference="none")
+    trainer = dataclasses.replace(
+        config.trainer, workdir=str(storage.path(config.trainer.workdir) / "warmup_train"),
+        total_steps=w.steps, prompts_per_step=w.batch_size, num_rows=0, eval_every=0,
+        checkpoint_every=max(1, min(config.trainer.checkpoint_every, w.steps)),
+        seed=config.trainer.seed + 1)
+    return step, trainer
+
+
+def model_and_tokenizer(config, mesh=None, *, warm_up: bool = True):
+    """(model, tokenizer) of a from-scratch run: the run's tokenizer (trained and saved on
+    first use) and a decoder initialised from `trainer.seed + model.seed`, after the format
+    warm-up (run and saved on first use; `warm_up=False`: the random decoder)."""
+    from jaxtom.mindzero.model_io import restore_params, save_model
+    from jaxtom.models import init_decoder
+    from jaxtom.ctom.train import training_tasks
+    run_dir = storage.path(config.trainer.workdir)
+    m, seed = config.model, config.trainer.seed + config.model.seed
+    tasks = training_tasks(config.ctom, config.trainer.seed)
+    path = run_dir / "tokenizer.json"
+    if path.exists():
+        tok = Tokenizer.from_file(path, chat_format="qwen3",
+                                  eos_tokens=("<|im_end|>", "<|endoftext|>"))
+    else:
+        tok = bpe(corpus(tasks, config.ctom, config.trainer.seed), m.vocab_size)
+        if jax.process_index() == 0:
+            storage.save_tokenizer(path, tok.backend)
+    mcfg = m.random_model_config(vocab_size=tok.vocab_size, eos_token_ids=tok.eos_token_ids,
+                                 tie_word_embeddings=True, max_position_embeddings=1024)
+    model = init_decoder(mcfg, seed, mesh=mesh)
+    if not warm_up or not config.ctom.warmup.steps:
+        return model, tok
+    saved = run_dir / "warmup"
+    if saved.exists():
+        return restore_params(model, saved), tok
+    step_cfg, trainer_cfg = warmup_configs(config)
+    records = [{"prompt": tok.encode(t.prompt), "task": t} for t in tasks]
+    warm = Trainer(model, records, TeacherRollout(tok, config.ctom, config.trainer.seed),
+                   step_cfg, trainer_cfg, mesh=mesh, desc="ctom warm-up")
+    model = warm.learner.model(warm.run())
+    save_model(model, saved)
+    return model, tok
+
+
+def warmup_model(config, model) -> Path | None:
+    """The saved warm-up of a from-scratch run (None when it has none)."""
+    saved = storage.path(config.trainer.workdir) / "warmup"
+    return saved if saved.exists() else None

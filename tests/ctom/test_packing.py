@@ -1,0 +1,119 @@
+"""The packing domain (CToM's CPU task): generated tasks, the simulated user, the score, and
+the label-free teacher of the format warm-up."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxtom.ctom import packing, tiny
+from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.policies import ScriptedPolicy
+from jaxtom.ctom.prompts import ANSWER_MARKER
+from jaxtom.ctom.satisfaction import END_SIGNAL, is_satisfied
+from jaxtom.ctom.simulators import ScriptedSimulator, SimRequest
+from jaxtom.ctom.teacher import PackingTeacher
+from jaxtom.ctom.train import CToMSettings
+
+
+def test_tasks_split_by_combination_cover_every_cue_and_follow_the_seed():
+    train, held = packing.make_tasks(0, 200, 50)
+    assert len(train) == 200 and len(held) == 50
+    assert not {t.prompt for t in train} & {t.prompt for t in held}
+    assert {w for t in train for w in t.prompt.split()} >= set(packing.CUES)
+    again, _ = packing.make_tasks(0, 200, 50)
+    other, _ = packing.make_tasks(1, 200, 50)
+    assert [t.prompt for t in again] == [t.prompt for t in train]
+    assert [t.prompt for t in other] != [t.prompt for t in train]
+    for t in train[:20]:  # the needed items are the cues' items, in slot order
+        cues = [w for w in t.prompt.replace(".", " ").split() if w in packing.CUE_ITEM]
+        assert packing.required(t) == [packing.CUE_ITEM[c] for c in cues]
+    with pytest.raises(ValueError, match="cue combinations"):
+        packing.make_tasks(0, 10_000, 1)
+
+
+def test_user_names_the_first_missing_item_then_extras_then_accepts():
+    task = packing.make_task("t", ["beach", "cold", "reading", "dog"])  # towel coat book leash
+    assert packing.user_reply(task, "map coat rod leash") == "i also need towel ."
+    assert packing.user_reply(task, "towel coat rod leash") == "i also need book ."
+    assert packing.user_reply(task, "towel coat book leash map") == "i do not need map ."
+    assert packing.user_reply(task, "leash book coat towel") == packing.ACCEPT
+    assert packing.user_reply(task, "what do you need ?") == "i need towel ."
+    assert is_satisfied(packing.ACCEPT) and not is_satisfied("i also need towel .")
+    assert not is_satisfied("i do not need map .")
+
+
+def test_score_is_f1_of_the_listed_items_whatever_wraps_them():
+    task = packing.make_task("t", ["beach", "cold", "reading", "dog"])
+    assert packing.score("towel coat book leash", task) == 1.0
+    assert packing.score(f"{ANSWER_MARKER} towel coat book leash", task) == 1.0
+    assert packing.score("towel coat", task) == pytest.approx(2 * 2 / 6)
+    assert packing.score("towel coat book leash map rope", task) == pytest.approx(2 * 4 / 10)
+    assert packing.score("", task) == 0.0 and packing.score(None, task) == 0.0
+    # the simulated user reads only the visible list: a COMMIT and a direct submission of the
+    # same list end the same way
+    sim = ScriptedSimulator()
+    ctom = SimRequest(task, (("user", task.prompt), ("assistant", "towel coat book leash")),
+                      final=True)
+    assert sim.reply([ctom])[0].text == END_SIGNAL
+
+
+@pytest.fixture(scope="module")
+def tok():
+    settings = CToMSettings(domain="packing", num_tasks=64, eval_tasks=8,
+                            controller=dict(max_rounds=3, max_revisions=3, plan_cap=4,
+                                            draft_cap=6, revision_cap=6, prediction_cap=6,
+                                            categorical=False))
+    train, _ = packing.make_tasks(0, 64, 8)
+    return tiny.bpe(tiny.corpus(train, settings, 0), 768), settings
+
+
+def test_teacher_is_label_free(tok):
+    """Two users with the same request and different needs get the same first round: the
+    teacher reads the conversation, never the hidden field."""
+    tok, settings = tok
+    a = packing.make_task("a", ["beach", "cold", "reading", "dog"])
+    b = packing.Task(id="b", domain="packing", prompt=a.prompt, hidden="map fan rod cards",
+                     reference="map fan rod cards")
+    for mode, ctrl in tiny.controllers(settings).items():
+        ctrl = ControllerConfig(**{**ctrl.__dict__, "max_rounds": 1})
+        runs = [run_conversations([t], ScriptedPolicy(tok, PackingTeacher(
+            np.random.default_rng(3))), ScriptedSimulator(), tok, ctrl,
+            key=jax.random.key(0))[0] for t in (a, b)]
+        assert runs[0].sequences[0].tokens == runs[1].sequences[0].tokens, mode
+        assert runs[0].rounds[0].shown == runs[1].rounds[0].shown
+
+
+def test_teacher_plays_both_prompts_and_uses_replies(tok):
+    tok, settings = tok
+    tasks = packing.make_tasks(0, 64, 8)[0][:16]
+    for mode, ctrl in tiny.controllers(settings).items():
+        convs = tiny.teacher_conversations(tasks, tok, ctrl, np.random.default_rng(0))
+        for c in convs:
+            assert c.failed is None and c.score == packing.score(c.submission, c.task)
+            named = [packing.items_in(t)[0] for r, t in c.visible[2:] if r == "user"
+                     and t.startswith("i also need")]
+            # every item the user named is in the next shown list (the teacher's CToM
+            # predictions may still revise it away inside a round, as a guessing model would)
+            if mode == "direct":
+                for item, later in zip(named, [t for r, t in c.visible[3:] if r == "assistant"]):
+                    assert item in packing.items_in(later)
+        if mode == "ctom":
+            revised = [r for c in convs for r in c.rounds if len(r.drafts) > 1]
+            assert revised
+            for r in revised:  # a revision takes in the item its prediction named
+                for pred, draft in zip(r.predictions, r.drafts[1:]):
+                    assert packing.items_in(pred)[0] in packing.items_in(draft)
+
+
+def test_random_draws_are_down_weighted_and_copies_are_not(tok):
+    tok, _ = tok
+    items = tiny.item_ids(tok)
+    ids = tok.encode("i plan towel coat . towel map")
+    mask = [1.0] * len(ids)
+    weights = tiny.weighted_mask(ids, mask, items, 0.1)
+    texts = [tok.decode([i]) for i in ids]
+    for text, w, i in zip(texts, weights, range(len(ids))):
+        first = ids[i] not in ids[:i]
+        assert w == (0.1 if ids[i] in items and first else 1.0), text
+    assert weights[texts.index(" map")] == 0.1
+    assert sum(w == 0.1 for w in weights) == 3  # towel, coat, map; the second towel copies
