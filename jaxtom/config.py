@@ -59,6 +59,7 @@ class ModelSection:
     lora_alpha: float = 0.0  # 0: alpha = rank
     # q/k RMSNorm in attention; None: the family's own (Qwen3 has it, Llama does not)
     qk_norm: bool | None = None
+    initializer_range: float = 0.02  # std of a random model's weights (`path` "")
 
     @property
     def uses_qk_norm(self) -> bool:
@@ -78,7 +79,8 @@ class ModelSection:
             num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, qk_norm=self.uses_qk_norm,
             tie_word_embeddings=tie_word_embeddings,
             max_position_embeddings=max_position_embeddings, eos_token_ids=tuple(eos_token_ids),
-            param_dtype=self.param_dtype, compute_dtype=self.compute_dtype)
+            param_dtype=self.param_dtype, compute_dtype=self.compute_dtype,
+            initializer_range=self.initializer_range)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,10 +27,10 @@ DOMAINS: dict[str, DomainSettings] = {
     "coding": DomainSettings("coding", 6, 2000, 600, 1024, 384, 1024, 5632),
     "writing": DomainSettings("writing", 6, 2000, 900, 1536, 256, 1536, 7168),
     # this project's CPU task (jaxtom.ctom.packing), sized for its tiny BPE: a list is four
-    # item tokens plus its closing tag, a reply about five; the budgets are about a whole
+    # slot names and items plus its closing tag, a reply about five; the budgets are about a whole
     # conversation's visible tokens (eq. 3 counts totals); the baseline cap is the CToM
     # round's combined caps
-    "packing": DomainSettings("packing", 3, 48, 24, 6, 8, 6, 6 + 3 * (8 + 6) + 8),
+    "packing": DomainSettings("packing", 3, 48, 24, 10, 8, 10, 10 + 3 * (8 + 10) + 8),
 }
 
 ALPHA, BETA = 0.5, 0.4

@@ -94,7 +94,7 @@ def tiny_config() -> Config:
     return Config(
         model=ModelSection(path="", family="qwen3", vocab_size=768, hidden_size=96,
                            intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
-                           head_dim=24, qk_norm=False),
+                           head_dim=24, qk_norm=False, initializer_range=0.1),
         step=StepConfig(learning_rate=5e-4, warmup_steps=5, total_steps=60, kl_coef=0.0,
                         weight_decay=0.0, lambda_pred=1.0, max_grad_norm=1.0,
                         end_lr_ratio=1.0),
@@ -103,8 +103,8 @@ def tiny_config() -> Config:
                               checkpoint_every=20, progress=True),
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",
-            controller=dict(max_rounds=3, max_revisions=3, plan_cap=4, ask_cap=8, draft_cap=6,
-                            revision_cap=6, prediction_cap=6, categorical=False),
-            pred_rows=0, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,
+            controller=dict(max_rounds=3, max_revisions=3, plan_cap=4, ask_cap=8, draft_cap=10,
+                            revision_cap=10, prediction_cap=6, categorical=False),
+            pred_rows=96, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,
             sampler_min_slots=256),
     )

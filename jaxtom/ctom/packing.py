@@ -7,7 +7,7 @@ first needed item it lacks ("i also need boots ."), or accepts it ("ok , that is
 Which item a cue calls for is never stated: an assistant learns it from the user's replies,
 either as a reward (Naive GRPO) or, in CToM, also as supervised targets for its predictions of
 those replies. The simulated user reads only the visible conversation, and the task score is
-the F1 of the submitted list against the needed items, whoever wrote it.
+the share of slots the submitted list gets right, whoever wrote it.
 
 Tasks are generated from a seed (`make_tasks`): which item each cue calls for is fixed (the
 table below), the cue combinations are drawn, and held-out tasks are combinations never
@@ -56,6 +56,15 @@ DROP = "i do not need {item} ."
 PHRASES = ("i also need", "i do not need", "i need", ACCEPT, "i will draft .", "i will commit .")
 
 
+def labelled(slots: dict[str, str]) -> str:
+    """"place towel weather umbrella ...": each item after its slot's name, in slot order.
+
+    The names make a list read as a table and give a from-scratch decoder an explicit token
+    to copy a slot's item with (the item after the same name in an earlier list); the user
+    and the score read only the item words (`items_in`)."""
+    return " ".join(f"{s} {slots[s]}" for s in SLOT_NAMES if s in slots)
+
+
 def items_in(text: str | None) -> list[str]:
     """The known item words of `text`, in order, each once."""
     seen: list[str] = []
@@ -71,12 +80,18 @@ def required(task: Task) -> list[str]:
 
 
 def score(submission: str | None, task: Task) -> float:
-    """F1 of the submitted items against the needed ones (0 for no submission)."""
-    got, need = set(items_in(submission)), set(required(task))
-    if not got:
-        return 0.0
-    hit = len(got & need)
-    return 2.0 * hit / (len(got) + len(need))
+    """The share of the four slots whose item is right, reading each slot's first listed
+    item (0 for no submission).
+
+    Per slot, not F1: under F1 a list that leaves out every item it is unsure of beats one
+    that guesses (two named items alone score 0.67, the same two plus two guesses at one in
+    ten 0.5), and GRPO found it (measured: seed 0's CToM run shrank its lists to one item,
+    score 0.35 from 0.49); per slot, a guess never costs and extra items never count."""
+    need = dict(zip(SLOT_NAMES, required(task)))
+    got: dict[str, str] = {}
+    for item in items_in(submission):
+        got.setdefault(ITEM_SLOT[item], item)
+    return sum(got.get(slot) == item for slot, item in need.items()) / len(SLOT_NAMES)
 
 
 def user_reply(task: Task, last_assistant: str, *, asked: bool = False) -> str:

@@ -189,7 +189,9 @@ def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
         metrics["prediction_targets_truncated_reply"] += cut_reply
     metrics["prediction_targets_trained"] = float(len(rows))
     dropped = len(targets) - len(rows)
-    if dropped or metrics["prediction_targets_truncated_reply"]:
+    # a fixed `pred_rows` drops targets by design (counted in the metrics); warn about the rest
+    unplanned = dropped - metrics["prediction_targets_dropped_rows"]
+    if unplanned or metrics["prediction_targets_truncated_reply"]:
         logger.warning("CToM prediction targets: %d of %d dropped (%d for rows, %d too long, "
                        "%d of failed conversations), %d replies cut", dropped, len(targets),
                        metrics["prediction_targets_dropped_rows"],

@@ -36,7 +36,8 @@ def turns(context: str) -> list[tuple[str, str]]:
 
 
 def as_list(slots: dict[str, str]) -> str:
-    return " ".join(slots[s] for s in packing.SLOT_NAMES if s in slots)
+    """A list as the teacher writes it: each item after its slot's name (`packing.labelled`)."""
+    return packing.labelled(slots)
 
 
 def by_slot(items) -> dict[str, str]:

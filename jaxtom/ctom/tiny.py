@@ -45,7 +45,7 @@ def bpe(texts, vocab_size: int) -> Tokenizer:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(list(texts) or ["a"], trainer)
-    words = packing.ITEMS + packing.CUES
+    words = packing.ITEMS + packing.CUES + packing.SLOT_NAMES
     glue = ["system\n", "user\n", "assistant\n"]  # chat turn headers: one token each
     tok.add_tokens(list(P.TAGS) + [ANSWER_MARKER] + list(packing.PHRASES) + glue + list(words)
                    + [f" {w}" for w in words])

@@ -28,10 +28,11 @@ from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 @dataclasses.dataclass(frozen=True)
 class WarmupSettings:
     """The format warm-up of a from-scratch model (`jaxtom.ctom.tiny`); steps 0 skips it."""
-    # the copy of items from the context forms between 300 and 1200 steps (at 2000 the
-    # warm-up's CToM rollouts score 0.44-0.51, at 1200 0.30, at 300 0.08-0.13: benchmarks/
-    # README.md, "CToM CPU default"); 1200 takes 4.5 minutes on 2 cores
-    steps: int = 1200
+    # with the decoder initialised at std 0.1 (~1/sqrt(width)) the copy of items from the
+    # context has formed by 600 steps (NLL of copyable items 0.06 / 0.002 nats in CToM /
+    # direct rows; at std 0.02 still at chance, log 10, after 600 and 1.3 after 2000 steps:
+    # benchmarks/README.md, "CToM CPU default"); 600 take ~2.5 minutes on 2 cores
+    steps: int = 600
     batch_size: int = 4  # tasks per step, each played by the teacher in both modes
     learning_rate: float = 3e-3
     random_weight: float = 0.1  # loss weight of the teacher's random draws (tiny.weighted_mask)

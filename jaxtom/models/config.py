@@ -50,6 +50,10 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
+    # std of a random initialisation's normal weights (HF's name; a loaded checkpoint ignores
+    # it). 0.02 is sized for widths in the hundreds to thousands; a from-scratch CPU model of
+    # width ~100 learns attention far sooner near 1/sqrt(hidden_size) (`jaxtom.ctom.tiny`).
+    initializer_range: float = 0.02
     # Rematerialisation in the training forward (`Decoder.__call__`): "layer" keeps only each
     # layer's input hidden state for the backward pass and recomputes the rest of the layer
     # (attention matrices, MLP activations) there, one layer at a time, for ~1 extra forward

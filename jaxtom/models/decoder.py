@@ -112,7 +112,8 @@ class DecoderLayers(nnx.Module):
         L, dt = cfg.num_layers, jnp.dtype(cfg.param_dtype)
         for name in LINEARS:
             setattr(self, name, _param(rngs, (L, *linear_shape(cfg, name)),
-                                       ("layers", *linear_axes(name)), dt))
+                                       ("layers", *linear_axes(name)), dt,
+                                       scale=cfg.initializer_range))
         if cfg.attention_bias:
             for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
                 shape = (L, linear_shape(cfg, name)[1])
@@ -225,11 +226,13 @@ class Decoder(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.config = cfg
         dt = jnp.dtype(cfg.param_dtype)
-        self.embed_tokens = _param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dt)
+        self.embed_tokens = _param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dt,
+                                   scale=cfg.initializer_range)
         self.layers = DecoderLayers(cfg, rngs)
         self.norm = _param(rngs, (cfg.hidden_size,), ("norm",), dt, "ones")
         if not cfg.tie_word_embeddings:
-            self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), dt)
+            self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), dt,
+                                  scale=cfg.initializer_range)
 
     def _rope(self, positions):
         angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope_inv_freq(self.config))

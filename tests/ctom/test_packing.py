@@ -1,6 +1,8 @@
 """The packing domain (CToM's CPU task): generated tasks, the simulated user, the score, and
 the label-free teacher of the format warm-up."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from jaxtom.ctom.prompts import ANSWER_MARKER
 from jaxtom.ctom.satisfaction import END_SIGNAL, is_satisfied
 from jaxtom.ctom.simulators import ScriptedSimulator, SimRequest
 from jaxtom.ctom.teacher import PackingTeacher
-from jaxtom.ctom.train import CToMSettings
+from jaxtom.ctom.experiments import tiny_config
 
 
 def test_tasks_split_by_combination_cover_every_cue_and_follow_the_seed():
@@ -42,12 +44,14 @@ def test_user_names_the_first_missing_item_then_extras_then_accepts():
     assert not is_satisfied("i do not need map .")
 
 
-def test_score_is_f1_of_the_listed_items_whatever_wraps_them():
+def test_score_is_the_share_of_right_slots_whatever_wraps_them():
     task = packing.make_task("t", ["beach", "cold", "reading", "dog"])
     assert packing.score("towel coat book leash", task) == 1.0
-    assert packing.score(f"{ANSWER_MARKER} towel coat book leash", task) == 1.0
-    assert packing.score("towel coat", task) == pytest.approx(2 * 2 / 6)
-    assert packing.score("towel coat book leash map rope", task) == pytest.approx(2 * 4 / 10)
+    assert packing.score(f"{ANSWER_MARKER} place towel weather coat activity book", task) == 0.75
+    # leaving out or adding items gains nothing: each slot's first listed item counts
+    assert packing.score("towel coat", task) == 0.5
+    assert packing.score("towel coat rope leash map", task) == 0.75
+    assert packing.score("map towel coat book leash", task) == 0.75
     assert packing.score("", task) == 0.0 and packing.score(None, task) == 0.0
     # the simulated user reads only the visible list: a COMMIT and a direct submission of the
     # same list end the same way
@@ -59,10 +63,7 @@ def test_score_is_f1_of_the_listed_items_whatever_wraps_them():
 
 @pytest.fixture(scope="module")
 def tok():
-    settings = CToMSettings(domain="packing", num_tasks=64, eval_tasks=8,
-                            controller=dict(max_rounds=3, max_revisions=3, plan_cap=4,
-                                            draft_cap=6, revision_cap=6, prediction_cap=6,
-                                            categorical=False))
+    settings = dataclasses.replace(tiny_config().ctom, num_tasks=64, eval_tasks=8)
     train, _ = packing.make_tasks(0, 64, 8)
     return tiny.bpe(tiny.corpus(train, settings, 0), 768), settings
 
