@@ -31,7 +31,9 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
     assert summary["step"] == 4
     assert (workdir / "tokenizer.json").exists() and (workdir / "warmup").exists()
     steps = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    assert all(s["prediction_targets"] > 0 and 0 < s["eta"] <= 1 for s in steps)
+    assert all(s["prediction_targets"] > 0 and 0 <= s["eta"] <= 1 for s in steps)
+    # eq. 7 gives eta 0 when every conversation of the batch scored alike (no GRPO gradient)
+    assert any(s["eta"] > 0 for s in steps)
     rows = run_eval("configs/ctom_tiny.py", overrides)
     assert set(rows) == {"CToM", "CToM untrained"}
     trained, warm = rows["CToM"], rows["CToM untrained"]
@@ -39,7 +41,7 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
         assert s["conversations"] == 8 and s["failed"] == 0
         assert 0 <= s["Score"] <= 100 and s["Turns"] >= 1
     # the same held-out replies scored on both models: the NLL term moved them (measured at
-    # this size and seed: 5.82 -> 5.30 nats/token; the margin is half that drop)
+    # this size and seed: 5.43 -> 4.77 nats/token; the margin is under half that drop)
     assert trained["PredNLL"] < warm["PredNLL"] - 0.25, (trained["PredNLL"], warm["PredNLL"])
     dump = json.loads((workdir / "eval_ctom.json").read_text())
     assert set(dump["methods"]) == {"CToM", "CToM untrained"}
