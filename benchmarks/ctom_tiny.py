@@ -70,7 +70,7 @@ def run(root: Path, seed: int, variant: str, rerun: bool, reuse_warmup: bool) ->
             *overrides]
     for command in ("train", "eval"):
         t = time.time()
-        subprocess.run([sys.executable, "-m", "jaxtom", command, *args], check=True)
+        subprocess.run([sys.executable, "-m", "jaxtom.cli", command, *args], check=True)
         out[f"{command}_s"] = round(time.time() - t, 1)
     return out
 
