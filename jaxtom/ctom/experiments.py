@@ -104,7 +104,7 @@ def tiny_config() -> Config:
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",
             controller=dict(max_rounds=3, max_revisions=3, plan_cap=4, ask_cap=8, draft_cap=10,
-                            revision_cap=10, prediction_cap=6, categorical=False),
+                            revision_cap=10, prediction_cap=8, categorical=False),
             pred_rows=96, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,
             sampler_min_slots=256),
     )

@@ -3,7 +3,8 @@
 A user asks for a packing list for a trip described by four cues (place, weather, activity,
 company). Each cue calls for one item that only the user knows they need (`required`); the
 assistant answers with four items, one per cue. The user reads a shown list and names the
-first needed item it lacks ("i also need boots ."), or accepts it ("ok , that is all .").
+first needed item it lacks with the cue that calls for it ("for mountain i also need boots ."),
+or accepts it ("ok , that is all .").
 Which item a cue calls for is never stated: an assistant learns it from the user's replies,
 either as a reward (Naive GRPO) or, in CToM, also as supervised targets for its predictions of
 those replies. The simulated user reads only the visible conversation, and the task score is
@@ -46,11 +47,16 @@ ITEMS: tuple[str, ...] = tuple(item for pairs in SLOTS.values() for _, item in p
 CUES: tuple[str, ...] = tuple(cue for pairs in SLOTS.values() for cue, _ in pairs)
 ITEM_SLOT = {item: s for s, pairs in SLOTS.items() for _, item in pairs}
 CUE_ITEM = {cue: item for pairs in SLOTS.values() for cue, item in pairs}
+ITEM_CUE = {item: cue for cue, item in CUE_ITEM.items()}
+CUE_SLOT = {cue: s for s, pairs in SLOTS.items() for cue, _ in pairs}
 
 ACCEPT = "ok , that is all ."
 PROMPT = "trip : {place} {weather} {activity} {company} ."  # short: every row repeats it
-NEED = "i also need {item} ."
-QUESTION_ANSWER = "i need {item} ."
+# A need names its reason first, as a person would ("for mountain ..."): the item a reply
+# names then follows the cue word that calls for it, so a model that predicts replies learns
+# each cue's item from the words next to it (measured, benchmarks/README.md "CToM CPU default")
+NEED = "for {cue} i also need {item} ."
+QUESTION_ANSWER = "for {cue} i need {item} ."
 DROP = "i do not need {item} ."
 # the user's and the teacher's stock phrases: whole tokens of the CPU default's BPE
 PHRASES = ("i also need", "i do not need", "i need", ACCEPT, "i will draft .", "i will commit .")
@@ -72,6 +78,15 @@ def items_in(text: str | None) -> list[str]:
         if word in ITEM_SLOT and word not in seen:
             seen.append(word)
     return seen
+
+
+def cues_in(text: str | None) -> dict[str, str]:
+    """slot -> the first cue word of `text` for that slot (a trip's request names one each)."""
+    out: dict[str, str] = {}
+    for word in re.findall(r"[a-z]+", (text or "").lower()):
+        if word in CUE_SLOT:
+            out.setdefault(CUE_SLOT[word], word)
+    return out
 
 
 def required(task: Task) -> list[str]:
@@ -104,11 +119,16 @@ def user_reply(task: Task, last_assistant: str, *, asked: bool = False) -> str:
     need = required(task)
     missing = [i for i in need if i not in listed]
     if asked or ("?" in last_assistant and not listed):
-        return QUESTION_ANSWER.format(item=missing[0]) if missing else ACCEPT
+        return need_phrase(QUESTION_ANSWER, missing[0]) if missing else ACCEPT
     if missing:
-        return NEED.format(item=missing[0])
+        return need_phrase(NEED, missing[0])
     extra = [i for i in listed if i not in need]
     return DROP.format(item=extra[0]) if extra else ACCEPT
+
+
+def need_phrase(template: str, item: str) -> str:
+    """`template` (NEED or QUESTION_ANSWER) for `item`, with the cue that calls for it."""
+    return template.format(cue=ITEM_CUE[item], item=item)
 
 
 def make_task(task_id: str, cues: Sequence[str]) -> Task:

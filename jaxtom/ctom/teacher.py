@@ -7,7 +7,8 @@ teaches is the protocol, not the task:
     is a guess, later lists keep the last shown list and take in every item the user named;
   * CToM mode: plan, decision (COMMIT once the user accepted a shown list, else DRAFT), a draft,
     a prediction of the reply that is a guess (an acceptance, or a random item for a slot the
-    user has not settled), and each revision puts the predicted item into its slot;
+    user has not settled, after that slot's cue copied from the request, as the user words a
+    need), and each revision puts the predicted item into its slot;
   * direct mode (Prompting Base / Naive GRPO): the list, or `I WANT TO ANSWER:` and the last
     shown list once the user accepted it.
 So a model warmed up on it writes the format, revises as its predictions say and uses real
@@ -58,12 +59,12 @@ class PackingTeacher:
         return options[self.rng.integers(len(options))]
 
     def _visible(self, context: str):
-        """(real user replies after the opening request, shown assistant messages)."""
+        """(opening request, real user replies after it, shown assistant messages)."""
         chat = turns(context)
         users = [c for r, c in chat if r == "user" and not c.startswith(P.ANTICIPATED)]
         shown = [c.strip() for r, c in chat if r == "assistant" and c.strip()
                  and "[" not in c]
-        return users[1:], shown
+        return (users[0] if users else ""), users[1:], shown
 
     def _base_list(self, replies, shown) -> dict[str, str]:
         """The last shown list (a guess at first) with every item the user named taken in."""
@@ -84,7 +85,7 @@ class PackingTeacher:
         return slots
 
     def __call__(self, context: str, kind: str) -> str:
-        replies, shown = self._visible(context)
+        request, replies, shown = self._visible(context)
         accepted = bool(shown) and bool(replies) and replies[-1].strip() == packing.ACCEPT
         if kind == "response":  # direct mode
             listed = as_list(self._base_list(replies, shown))
@@ -120,5 +121,6 @@ class PackingTeacher:
                 return packing.ACCEPT + P.PREDICTION_END
             slot = open_slots[self.rng.integers(len(open_slots))]
             item = self._random_item(slot, avoid=slots.get(slot))
-            return packing.NEED.format(item=item) + P.PREDICTION_END
+            cue = packing.cues_in(request).get(slot, "")
+            return packing.NEED.format(cue=cue, item=item) + P.PREDICTION_END
         raise ValueError(f"unknown phase kind {kind!r}")

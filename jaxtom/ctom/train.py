@@ -31,11 +31,13 @@ class WarmupSettings:
     # with the decoder initialised at std 0.1 (~1/sqrt(width)) the copy of items from the
     # context has formed by 600 steps (NLL of copyable items 0.06 / 0.002 nats in CToM /
     # direct rows; at std 0.02 still at chance, log 10, after 600 and 1.3 after 2000 steps:
-    # benchmarks/README.md, "CToM CPU default"); 600 take ~2.5 minutes on 2 cores
+    # benchmarks/README.md, "CToM CPU default"); 600 take ~3.5 minutes on 2 cores with
+    # the reply rows
     steps: int = 600
     batch_size: int = 4  # tasks per step, each played by the teacher in both modes
     learning_rate: float = 3e-3
     random_weight: float = 0.1  # loss weight of the teacher's random draws (tiny.weighted_mask)
+    reply_rows: int = 8  # rows per step predicting the user's replies (tiny.reply_rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +74,8 @@ class CToMSettings:
                               self.domain)
         if self.simulator not in ("scripted", "http", "llm"):
             raise ConfigError("ctom.simulator", "'scripted', 'http' or 'llm'", self.simulator)
+        if not (isinstance(self.warmup.reply_rows, int) and self.warmup.reply_rows >= 0):
+            raise ConfigError("ctom.warmup.reply_rows", "an int >= 0", self.warmup.reply_rows)
         for name in ("num_tasks", "pred_rows", "eval_tasks"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"ctom.{name}", "an int >= 0", getattr(self, name))

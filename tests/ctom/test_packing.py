@@ -35,12 +35,12 @@ def test_tasks_split_by_combination_cover_every_cue_and_follow_the_seed():
 
 def test_user_names_the_first_missing_item_then_extras_then_accepts():
     task = packing.make_task("t", ["beach", "cold", "reading", "dog"])  # towel coat book leash
-    assert packing.user_reply(task, "map coat rod leash") == "i also need towel ."
-    assert packing.user_reply(task, "towel coat rod leash") == "i also need book ."
+    assert packing.user_reply(task, "map coat rod leash") == "for beach i also need towel ."
+    assert packing.user_reply(task, "towel coat rod leash") == "for reading i also need book ."
     assert packing.user_reply(task, "towel coat book leash map") == "i do not need map ."
     assert packing.user_reply(task, "leash book coat towel") == packing.ACCEPT
-    assert packing.user_reply(task, "what do you need ?") == "i need towel ."
-    assert is_satisfied(packing.ACCEPT) and not is_satisfied("i also need towel .")
+    assert packing.user_reply(task, "what do you need ?") == "for beach i need towel ."
+    assert is_satisfied(packing.ACCEPT) and not is_satisfied("for beach i also need towel .")
     assert not is_satisfied("i do not need map .")
 
 
@@ -92,7 +92,7 @@ def test_teacher_plays_both_prompts_and_uses_replies(tok):
         for c in convs:
             assert c.failed is None and c.score == packing.score(c.submission, c.task)
             named = [packing.items_in(t)[0] for r, t in c.visible[2:] if r == "user"
-                     and t.startswith("i also need")]
+                     and "i also need" in t]
             # every item the user named is in the next shown list (the teacher's CToM
             # predictions may still revise it away inside a round, as a guessing model would)
             if mode == "direct":
@@ -104,6 +104,47 @@ def test_teacher_plays_both_prompts_and_uses_replies(tok):
             for r in revised:  # a revision takes in the item its prediction named
                 for pred, draft in zip(r.predictions, r.drafts[1:]):
                     assert packing.items_in(pred)[0] in packing.items_in(draft)
+            for c in convs:  # a guessed need is worded as the user words one: its cue first
+                cues = packing.cues_in(c.task.prompt)
+                for r in c.rounds:
+                    for pred in r.predictions:
+                        if pred != packing.ACCEPT:
+                            item = packing.items_in(pred)[0]
+                            assert pred == packing.NEED.format(
+                                cue=cues[packing.ITEM_SLOT[item]], item=item), pred
+
+
+def test_warmup_reply_rows_target_the_users_reply_to_the_draft_before_it(tok):
+    """Each row is a draft's prediction context and, as its only target, what the scripted
+    user says to that draft (real or counterfactual)."""
+    from jaxtom.ctom import protocol as P
+    from jaxtom.ctom.teacher import _DRAFT
+    tok, settings = tok
+    tasks = packing.make_tasks(0, 64, 8)[0][:8]
+    convs = tiny.teacher_conversations(tasks, tok, tiny.controllers(settings)["ctom"],
+                                       np.random.default_rng(0))
+    rows = tiny.reply_rows(convs, tok, 12, 2048, np.random.default_rng(1))
+    assert len(rows) == 12
+    kinds = set()
+    for tokens, mask in rows:
+        start = mask.index(1.0)
+        assert len(tokens) == len(mask) and all(mask[start:]) and not any(mask[:start])
+        context, reply = tok.decode(tokens[:start]), tok.decode(tokens[start:])
+        assert context.rstrip().endswith(P.ANTICIPATED) and reply.endswith(P.PREDICTION_END)
+        cues = packing.cues_in(context.split("trip :", 1)[1].split(".", 1)[0])
+        task = packing.make_task("t", [cues[s] for s in packing.SLOT_NAMES])
+        draft = _DRAFT.findall(context)[-1]
+        assert reply[:-len(P.PREDICTION_END)] == packing.user_reply(task, draft)
+        kinds.add(reply.split()[0])
+    assert "for" in kinds  # the teacher's guessed lists mostly miss a need
+    short = tiny.reply_rows(convs, tok, 3, 64, np.random.default_rng(1))
+    assert len(short) == 3 and all(len(t) <= 64 for t, _ in short)  # cut to the row
+
+
+def test_warmup_reply_rows_is_validated():
+    from jaxtom.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match="ctom.warmup.reply_rows"):
+        load_config("configs/ctom_tiny.py", ["ctom.warmup.reply_rows=-1"])
 
 
 def test_random_draws_are_down_weighted_and_copies_are_not(tok):
