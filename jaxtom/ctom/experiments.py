@@ -99,7 +99,10 @@ def tiny_config() -> Config:
                         weight_decay=0.0, lambda_pred=1.0, max_grad_norm=1.0,
                         end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/ctom_tiny", total_steps=60, prompts_per_step=8,
-                              group_size=8, max_new_tokens=8, row_len=256, temperature=1.0,
+                              # a direct conversation's last round may hold three answers at
+                              # the equal budget (72 tokens each) and two replies, 262 tokens
+                              # (test_packing); 256 stopped seed 1's Naive GRPO run
+                              group_size=8, max_new_tokens=8, row_len=384, temperature=1.0,
                               checkpoint_every=20, progress=True),
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",

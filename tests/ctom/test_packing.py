@@ -159,3 +159,22 @@ def test_random_draws_are_down_weighted_and_copies_are_not(tok):
         assert w == (0.1 if ids[i] in items and first else 1.0), text
     assert weights[texts.index(" map")] == 0.1
     assert sum(w == 0.1 for w in weights) == 3  # towel, coat, map; the second towel copies
+
+
+def test_the_cpu_defaults_rows_hold_the_longest_conversation(tok):
+    """Every round of a conversation whose assistant always writes to its caps (direct mode at
+    the equal budget: the longest rounds) fits one of the default's rows."""
+    tok, settings = tok
+    task = packing.make_tasks(0, 64, 8)[0][0]
+    ramble = " ".join(item for _, item in packing.SLOTS["place"]) * 20
+    for mode, ctrl in tiny.controllers(settings).items():
+        policy = ScriptedPolicy(tok, lambda ctx, kind: (
+            ramble if kind in ("response", "draft", "prediction") else
+            PackingTeacher(np.random.default_rng(0))(ctx, kind)))
+        [conv] = run_conversations([task], policy, ScriptedSimulator(), tok, ctrl,
+                                   key=jax.random.key(0))
+        longest = max(len(s.tokens) for s in conv.sequences)
+        assert len(conv.sequences) == ctrl.max_rounds, mode
+        assert longest <= tiny_config().trainer.row_len, (mode, longest)
+        if mode == "direct":  # past the 256 tokens the default once had (a crash)
+            assert longest > 256, longest
