@@ -90,7 +90,9 @@ def qwen3_8b_settings(domain: str) -> CToMSettings:
 
 def tiny_config() -> Config:
     """The CPU default (`configs/ctom_tiny.py`): the packing domain with a tiny decoder trained
-    from scratch, a label-free format warm-up, then GRPO with the eta-capped prediction NLL."""
+    from scratch, a format warm-up (the label-free teacher's conversations, plus rows predicting
+    the user's replies to its drafts: `ctom.warmup.reply_rows`), then GRPO with the eta-capped
+    prediction NLL."""
     return Config(
         model=ModelSection(path="", family="qwen3", vocab_size=768, hidden_size=96,
                            intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
