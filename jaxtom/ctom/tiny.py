@@ -3,7 +3,8 @@
 `prepare(config, mesh)` gives the policy a `jaxtom train` / `jaxtom eval` run starts from when
 `model.path` is "": a byte-level BPE trained on the label-free teacher's transcripts (tags,
 items and cues as whole tokens, Qwen3 chat turns), a random decoder, and the format warm-up:
-supervised on the teacher's conversations in both prompts (CToM and direct), so that the
+supervised on the teacher's conversations in both prompts (CToM and direct) and on the
+user's replies to its drafts (`reply_rows`), so that the
 untrained-by-RL model is Prompting Base in direct mode and the starting point of CToM,
 Naive GRPO and the ablations alike. All of it is saved in the run's directory (tokenizer.json,
 warmup/) and reused on resume and by `jaxtom eval`.
