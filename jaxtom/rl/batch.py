@@ -116,6 +116,28 @@ def pack_sequences(sequences: Sequence[Sequence[int]], policy_masks: Sequence[Se
                  decision_mask=decision if decision_masks is not None else None)
 
 
+def first_fit_rows(lengths: Sequence[int], row_len: int, multiple: int = 1) -> int:
+    """Rows `pack_sequences` fills with sequences of `lengths` (in that order), rounded up
+    to `multiple`.
+
+    First-fit opens a row only when no earlier row has room, so the filled rows are the
+    leading ones: a batch of this many rows holds every sequence, with no trailing rows of
+    padding that the update would compute for nothing (one row per sequence of a multi-round
+    conversation is mostly empty). The rounding bounds how many shapes the step compiles."""
+    if row_len < 1 or multiple < 1:
+        raise ValueError(f"row_len and multiple must be positive, got {row_len}, {multiple}")
+    fill: list[int] = []
+    for L in lengths:
+        if L > row_len:
+            raise ValueError(f"a sequence of {L} tokens is longer than row_len={row_len}")
+        r = next((i for i, f in enumerate(fill) if f + L <= row_len), None)
+        if r is None:
+            fill.append(L)
+        else:
+            fill[r] += L
+    return -(-max(1, len(fill)) // multiple) * multiple
+
+
 def pack_shared_prompts(sequences: Sequence[Sequence[int]],
                         policy_masks: Sequence[Sequence[float]], advantages: Sequence[float],
                         group_ids: Sequence[int], prompt_lens: Sequence[int], *, num_rows: int,

@@ -27,8 +27,8 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import distributed
-from jaxtom.rl.batch import (Batch, family_length, pack_sequences, pack_shared_prompts,
-                             shared_prompt_families)
+from jaxtom.rl.batch import (Batch, family_length, first_fit_rows, pack_sequences,
+                             pack_shared_prompts, shared_prompt_families)
 from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
@@ -252,7 +252,10 @@ def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
     rollout = global_rollout(rollout)
     if cfg.share_prompts:
         return pack_shared_rollout(rollout, cfg)
-    rows = cfg.num_rows or max(len(rollout.sequences), 1)
+    # the rows first-fit fills, not one per sequence: trailing rows of padding cost a full
+    # update's compute and, split by index, would leave later PPO mini-batches empty
+    rows = cfg.num_rows or first_fit_rows([len(s) for s in rollout.sequences], cfg.row_len,
+                                          multiple=8)
     return pack_sequences(rollout.sequences, rollout.policy_masks, rollout.advantages,
                           rollout.group_ids, num_rows=rows, row_len=cfg.row_len,
                           pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)

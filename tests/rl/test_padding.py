@@ -74,3 +74,24 @@ def test_pad_rows_to_adds_empty_rows_and_refuses_to_drop_rows():
         rl.batch.pad_rows_to(batch, 7)
     with pytest.raises(ValueError, match="8 prediction rows, more than the 3"):
         rl.batch.pad_rows_to(batch, 8, 3)
+
+
+def test_first_fit_rows_is_what_pack_sequences_fills():
+    """The row count a multi-round rollout packs into: every sequence fits, and the rows past
+    it would only be padding (first-fit fills leading rows)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    lengths = [int(n) for n in rng.integers(5, 120, size=40)]
+    seqs = [list(range(1, n + 1)) for n in lengths]
+    rows = rl.first_fit_rows(lengths, 128)
+    assert rows < len(lengths) and sum(lengths) <= rows * 128
+    batch = rl.pack_sequences(seqs, [[1.0] * n for n in lengths], [0.0] * 40, [0] * 40,
+                              num_rows=len(lengths), row_len=128)
+    filled = np.nonzero((batch.segment_ids > 0).any(axis=1))[0]
+    assert filled.tolist() == list(range(rows))  # exactly the leading `rows` rows
+    rl.pack_sequences(seqs, [[1.0] * n for n in lengths], [0.0] * 40, [0] * 40,
+                      num_rows=rows, row_len=128)  # and that many suffice
+    assert rl.first_fit_rows(lengths, 128, multiple=8) == -(-rows // 8) * 8
+    assert rl.first_fit_rows([], 128, multiple=8) == 8
+    with pytest.raises(ValueError, match="longer than row_len=128"):
+        rl.first_fit_rows([129], 128)
