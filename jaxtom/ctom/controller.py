@@ -135,7 +135,12 @@ class _Gen:
 
 
 def _solves(task: Task, message: str) -> bool:
-    """Math ends as soon as a shown message carries the correct boxed answer."""
+    """Math ends as soon as a shown message carries the correct boxed answer; packing as soon
+    as a shown list is fully right (the user has nothing to add, as the paper's math user
+    is not asked again once satisfied), so only lists that miss something cost a reply."""
+    if task.domain == "packing":
+        from jaxtom.ctom.packing import score as score_packing
+        return score_packing(message, task) == 1.0
     return task.domain == "math" and bool(score_math(message, task.reference))
 
 
@@ -144,7 +149,7 @@ def _continue(conv: Conversation, rnd: Round, solved: bool, last_round: bool):
     rounds are spent. Returns True to play another round; False when the conversation stops
     (`conv.end` says why, still "running" when only the budget ran out)."""
     if solved:
-        conv.end = "solved"
+        conv.end, conv.submission = "solved", rnd.shown  # the solving message is the answer
         return False
     if last_round:
         return False

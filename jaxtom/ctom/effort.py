@@ -30,7 +30,7 @@ DOMAINS: dict[str, DomainSettings] = {
     # slot names and items plus its closing tag, a reply about five; the budgets are about a whole
     # conversation's visible tokens (eq. 3 counts totals); the baseline cap is the CToM
     # round's combined caps
-    "packing": DomainSettings("packing", 3, 48, 24, 10, 8, 10, 10 + 3 * (8 + 10) + 8),
+    "packing": DomainSettings("packing", 2, 48, 24, 10, 8, 10, 10 + 3 * (8 + 10) + 8),
 }
 
 ALPHA, BETA = 0.5, 0.4

@@ -101,14 +101,14 @@ def tiny_config() -> Config:
                         weight_decay=0.0, lambda_pred=1.0, max_grad_norm=1.0,
                         end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/ctom_tiny", total_steps=60, prompts_per_step=8,
-                              # a direct conversation's last round may hold three answers at
-                              # the equal budget (72 tokens each) and two replies, 262 tokens
-                              # (test_packing); 256 stopped seed 1's Naive GRPO run
+                              # rows hold the longest rounds with room to spare: a direct
+                              # round at the equal budget (72-token answers) reaches 262
+                              # tokens with ctom.controller.max_rounds=3 (test_packing)
                               group_size=8, max_new_tokens=8, row_len=384, temperature=1.0,
                               checkpoint_every=20, progress=True),
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",
-            controller=dict(max_rounds=3, max_revisions=3, plan_cap=4, ask_cap=8, draft_cap=10,
+            controller=dict(max_rounds=2, max_revisions=3, plan_cap=4, ask_cap=8, draft_cap=10,
                             revision_cap=10, prediction_cap=8, categorical=False),
             pred_rows=96, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,
             sampler_min_slots=256),

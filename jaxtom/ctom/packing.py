@@ -3,8 +3,9 @@
 A user asks for a packing list for a trip described by four cues (place, weather, activity,
 company). Each cue calls for one item that only the user knows they need (`required`); the
 assistant answers with four items, one per cue. The user reads a shown list and names the
-first needed item it lacks with the cue that calls for it ("for mountain i also need boots ."),
-or accepts it ("ok , that is all .").
+first needed item it lacks with the cue that calls for it ("for mountain i also need boots .");
+a list with every needed item ends the conversation (as the paper's math user is not asked
+again once satisfied: `controller._solves`), so user replies count only the lists that missed.
 Which item a cue calls for is never stated: an assistant learns it from the user's replies,
 either as a reward (Naive GRPO) or, in CToM, also as supervised targets for its predictions of
 those replies. The simulated user reads only the visible conversation, and the task score is

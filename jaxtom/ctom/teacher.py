@@ -5,7 +5,8 @@ visible conversation and its own hidden drafts and predictions, as a policy does
 teaches is the protocol, not the task:
   * a list names one item per slot (the catalogue of items per slot is public); the first list
     is a guess, later lists keep the last shown list and take in every item the user named;
-  * CToM mode: plan, decision (COMMIT once the user accepted a shown list, else DRAFT), a draft,
+  * CToM mode: plan, decision (COMMIT once the user accepted a shown list, else DRAFT; a fully
+    right list ends the conversation before the user could accept it), a draft,
     a prediction of the reply that is a guess (an acceptance, or a random item for a slot the
     user has not settled, after that slot's cue copied from the request, as the user words a
     need), and each revision puts the predicted item into its slot;

@@ -135,3 +135,18 @@ def test_config_switches_to_the_baseline_by_override():
     assert config.step.lambda_pred == 0.0 and s.controller["plan_cap"] == 12  # file kept
     with pytest.raises(ConfigError):
         load_ctom_config("configs/ctom_writing_smollm2.py", ["ctom.controller.modes=direct"])
+
+
+def test_packing_ends_when_a_shown_list_is_fully_right():
+    """As the math user, the packing user is not asked again once a list has every needed
+    item: the list is the submission and only the wrong list cost a reply."""
+    from jaxtom.ctom import packing
+    task = packing.make_tasks(0, 64, 2)[1][0]
+    need = dict(zip(packing.SLOT_NAMES, packing.required(task)))
+    wrong = dict(need, place=next(i for _, i in packing.SLOTS["place"] if i != need["place"]))
+    [conv], _ = run({task.prompt: [packing.labelled(wrong), packing.labelled(need)]}, [task])
+    assert conv.end == "solved" and conv.score == 1.0 and len(conv.rounds) == 2
+    assert conv.submission == packing.labelled(need) and conv.rounds[-1].reply is None
+    assert conv.rounds[0].reply == packing.need_phrase(packing.NEED, need["place"])
+    [done], _ = run({task.prompt: [packing.labelled(need)]}, [task])
+    assert done.end == "solved" and len(done.rounds) == 1 and done.score == 1.0

@@ -168,13 +168,15 @@ def test_the_cpu_defaults_rows_hold_the_longest_conversation(tok):
     task = packing.make_tasks(0, 64, 8)[0][0]
     ramble = " ".join(item for _, item in packing.SLOTS["place"]) * 20
     for mode, ctrl in tiny.controllers(settings).items():
-        policy = ScriptedPolicy(tok, lambda ctx, kind: (
-            ramble if kind in ("response", "draft", "prediction") else
-            PackingTeacher(np.random.default_rng(0))(ctx, kind)))
-        [conv] = run_conversations([task], policy, ScriptedSimulator(), tok, ctrl,
-                                   key=jax.random.key(0))
-        longest = max(len(s.tokens) for s in conv.sequences)
-        assert len(conv.sequences) == ctrl.max_rounds, mode
-        assert longest <= tiny_config().trainer.row_len, (mode, longest)
-        if mode == "direct":  # past the 256 tokens the default once had (a crash)
-            assert longest > 256, longest
+        for rounds in (ctrl.max_rounds, 3):  # the default's, and one more (an override)
+            policy = ScriptedPolicy(tok, lambda ctx, kind: (
+                ramble if kind in ("response", "draft", "prediction") else
+                PackingTeacher(np.random.default_rng(0))(ctx, kind)))
+            [conv] = run_conversations([task], policy, ScriptedSimulator(), tok,
+                                       dataclasses.replace(ctrl, max_rounds=rounds),
+                                       key=jax.random.key(0))
+            longest = max(len(s.tokens) for s in conv.sequences)
+            assert len(conv.sequences) == rounds, mode
+            assert longest <= tiny_config().trainer.row_len, (mode, rounds, longest)
+            if mode == "direct" and rounds == 3:  # past the 256 tokens that once crashed
+                assert longest > 256, longest
