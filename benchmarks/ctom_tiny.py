@@ -9,7 +9,9 @@ table, and the paired comparisons the issue asks for, ending with one JSON line:
 
   * task score: CToM vs Naive GRPO and vs Prompting Base, the difference of means with a
     task-clustered SE of the per-task differences (eq. 10; the same held-out tasks per seed);
-  * user replies (over conversations with a reply): CToM vs CToM w/o prediction;
+  * user replies (over conversations with a reply, Table 2) and the share of conversations
+    that needed a reply at all (with N = 2 rounds the former is 1 by construction): CToM vs
+    CToM w/o prediction;
   * held-out reply-prediction NLL: the drop from the warm-up, CToM vs w/o prediction, paired
     over the same (context, reply) pairs (checked by fingerprint), clustered by task;
   * lexical F1 of predicted vs real replies: CToM trained vs its warm-up.
@@ -105,6 +107,7 @@ def paired(a: dict, b: dict) -> tuple[float, float, int]:
 FIELDS = {
     "score": lambda r: 100 * r["score"],
     "replies": lambda r: len(r["replies"]) if r["replies"] else None,
+    "replied": lambda r: 100.0 * bool(r["replies"]),  # % of conversations needing a reply
     "lex_f1": lambda r: None if r["lex_f1"] is None else 100 * r["lex_f1"],
 }
 
@@ -163,13 +166,15 @@ def nll_drop_difference(results: dict, seeds, a="CToM", b="CToM w/o prediction")
 
 
 def table(results: dict, seeds, methods) -> str:
-    cols = ["Score", "Turns", "Tokens", "Replies", "ReplyTokens", "PredNLL", "LexF1",
-            "RevGain"]
+    cols = ["Score", "Turns", "Tokens", "Replied", "Replies", "ReplyTokens", "PredNLL",
+            "LexF1", "RevGain"]
     lines = ["seed | method | " + " | ".join(cols)]
     for seed in seeds:
         for m in methods:
             s = results.get((seed, m), {}).get("summary")
             if s:
+                s = dict(s)  # Replied from the records (summaries before it lack the column)
+                s["Replied"], s["Replied_sem"] = pooled(results, m, "replied", [seed])
                 lines.append(f"{seed} | {m} | " + " | ".join(
                     f"{s.get(c, float('nan')):.2f} ± {s.get(c + '_sem', float('nan')):.2f}"
                     for c in cols))
@@ -208,7 +213,8 @@ def main(argv=None) -> dict:
             continue
         summary["pooled"][m] = {f: [round(x, 3) for x in v] for f, v in row.items()}
         print(f"{m}: score {row['score'][0]:.2f} ± {row['score'][1]:.2f}, replies "
-              f"{row['replies'][0]:.2f} ± {row['replies'][1]:.2f}, lexical F1 "
+              f"{row['replies'][0]:.2f} ± {row['replies'][1]:.2f}, needing a reply "
+              f"{row['replied'][0]:.1f}% ± {row['replied'][1]:.1f}, lexical F1 "
               f"{row['lex_f1'][0]:.2f} ± {row['lex_f1'][1]:.2f}")
     comparisons = {
         "score CToM - Naive GRPO": pooled_paired(results, "CToM", "Naive GRPO", "score", seeds),
@@ -216,6 +222,8 @@ def main(argv=None) -> dict:
                                                      seeds),
         "replies CToM - CToM w/o prediction": pooled_paired(
             results, "CToM", "CToM w/o prediction", "replies", seeds),
+        "conversations needing a reply (%) CToM - CToM w/o prediction": pooled_paired(
+            results, "CToM", "CToM w/o prediction", "replied", seeds),
         "lexical F1 CToM - CToM untrained": pooled_paired(results, "CToM", "CToM untrained",
                                                           "lex_f1", seeds),
     }

@@ -37,6 +37,10 @@ def summarize(convs: list[Conversation], tok) -> dict[str, float]:
     replies = [(c.task.id, [len(tok.encode(t)) for r, t in c.visible[1:]
                             if r == "user" and t != END_SIGNAL]) for c in ok]
     eff = user_effort(replies)
+    # the share of conversations that needed any reply: Table 2 counts only those, so with
+    # N = 2 rounds (packing) its Replies is 1 by construction and this is the effort measure
+    out["Replied"], out["Replied_sem"] = clustered_mean_sem(
+        by_task(lambda c: 100.0 * any(r == "user" and t != END_SIGNAL for r, t in c.visible[1:])))
     out.update(Replies=eff["replies"], Replies_sem=eff["replies_sem"],
                ReplyTokens=eff["tokens"], ReplyTokens_sem=eff["tokens_sem"])
     out.update(action_shares(a for c in ok for a in c.actions))
@@ -103,8 +107,8 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
     """One line per method: mean ± task-clustered SEM for each column."""
     def pm(s, k):
         return f"{s.get(k, float('nan')):.2f} ± {s.get(k + '_sem', float('nan')):.2f}"
-    cols = ["Score", "Turns", "Tokens", "Replies", "ReplyTokens", "PredNLL", "LexF1",
-            "RevGain"]
+    cols = ["Score", "Turns", "Tokens", "Replied", "Replies", "ReplyTokens", "PredNLL",
+            "LexF1", "RevGain"]
     lines = ["Method | " + " | ".join(cols) + " | ASK | DRAFT | COMMIT | conversations"]
     for name, s in rows.items():
         lines.append(f"{name} | " + " | ".join(pm(s, c) for c in cols) + " | " + " | ".join(

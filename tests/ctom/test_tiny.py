@@ -3,6 +3,7 @@ format warm-up, CToM GRPO with the prediction NLL), then `jaxtom eval`'s table a
 
 import json
 
+import numpy as np
 import pytest
 
 from jaxtom.commands.train import train
@@ -48,3 +49,7 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
     n = len(dump["pair_tasks"])
     assert n and all(len(m["pair_nll"]) == n for m in dump["methods"].values())
     assert all(len(m["conversations"]) == 8 for m in dump["methods"].values())
+    for name, m in dump["methods"].items():  # Replied: % of conversations with any reply
+        share = 100 * np.mean([bool(c["replies"]) for c in m["conversations"]])
+        # per-task means then their mean (eq. 10): the plain share, two per task
+        assert abs(rows[name]["Replied"] - share) < 1e-6, (name, rows[name]["Replied"], share)
