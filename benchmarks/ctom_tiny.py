@@ -220,6 +220,8 @@ def main(argv=None) -> dict:
         "score CToM - Naive GRPO": pooled_paired(results, "CToM", "Naive GRPO", "score", seeds),
         "score CToM - Prompting Base": pooled_paired(results, "CToM", "Prompting Base", "score",
                                                      seeds),
+        "score CToM - CToM w/o prediction": pooled_paired(results, "CToM",
+                                                          "CToM w/o prediction", "score", seeds),
         "replies CToM - CToM w/o prediction": pooled_paired(
             results, "CToM", "CToM w/o prediction", "replies", seeds),
         "conversations needing a reply (%) CToM - CToM w/o prediction": pooled_paired(
@@ -230,7 +232,8 @@ def main(argv=None) -> dict:
     drop = nll_drop_difference(results, seeds)
     print("\npaired comparisons (mean ± SE, in SE units)")
     for name, (d, se, n) in comparisons.items():
-        print(f"{name}: {d:+.2f} ± {se:.2f} ({d / se:+.1f} SE, {n} tasks)")
+        units = f"{d / se:+.1f} SE" if se > 0 else "no spread"  # e.g. replies all 1 (N = 2)
+        print(f"{name}: {d:+.2f} ± {se:.2f} ({units}, {n} tasks)")
     print(f"NLL drop from the warm-up, CToM - CToM w/o prediction: {drop[0]:+.3f} ± "
           f"{drop[1]:.3f} nats/token ({drop[0] / drop[1]:+.1f} SE)")
     summary["comparisons"] = {k: [round(v[0], 3), round(v[1], 3), v[2]]

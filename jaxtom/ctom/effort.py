@@ -29,7 +29,8 @@ DOMAINS: dict[str, DomainSettings] = {
     # this project's CPU task (jaxtom.ctom.packing), sized for its tiny BPE: a list is four
     # slot names and items plus its closing tag, a reply about five; the budgets are about a whole
     # conversation's visible tokens (eq. 3 counts totals); the baseline cap is the CToM
-    # round's combined caps
+    # round's combined caps. Two rounds: with three, the user's two replies named the two
+    # slots a direct model did not know, and it needed no model of the user (README)
     "packing": DomainSettings("packing", 2, 48, 24, 10, 8, 10, 10 + 3 * (8 + 10) + 8),
 }
 
