@@ -24,8 +24,8 @@ class DataSpec:
     split: str = "labels"  # labels: held-out labels + layouts (paper); episodes: new episodes
     label_set: str = "all"  # all: random labels per episode; figure7: always the 8 colored
     # squares of Figure 7 (same words every episode), for models trained from scratch
-    observation: str = "figure"  # figure | compact | compact_closing | image (Figure 7 + the
-    # rendered grid: a Qwen3-VL policy, jaxtom.mindzero.vl_train)
+    observation: str = "figure"  # figure | compact | compact_closing | compact_ranked | image
+    # (Figure 7 + the rendered grid: a Qwen3-VL policy, jaxtom.mindzero.vl_train)
     image_cell_size: int = 50  # px per grid cell of the image observation (paper: 50)
     num_particles: int = 2
     stride: int = 1  # every stride-th timestep of an episode
@@ -102,13 +102,15 @@ class MindZeroSection:
             if not ok:
                 raise ConfigError(f"mindzero.{field}", expected, got)
 
-        check(d.observation in ("figure", "compact", "compact_closing", "image"),
-              "data.observation", "'figure', 'compact', 'compact_closing' or 'image'",
+        check(d.observation in ("figure", "compact", "compact_closing", "compact_ranked",
+                                "image"), "data.observation",
+              "'figure', 'compact', 'compact_closing', 'compact_ranked' or 'image'",
               d.observation)
         check(d.image_cell_size >= 1, "data.image_cell_size", "a positive int",
               d.image_cell_size)
         check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
-        check(not (d.task == "qa" and d.observation == "compact_closing"), "data.observation",
+        check(not (d.task == "qa" and d.observation in ("compact_closing", "compact_ranked")),
+              "data.observation",
               "'figure', 'compact' or 'image' for data.task='qa'", d.observation)
         check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
         check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",

@@ -79,6 +79,30 @@ def test_compact_closing_adds_each_slots_closing_count_and_keeps_the_rest(view):
             assert words[3][0] in "+-"
 
 
+def test_compact_ranked_marks_partners_ranked_ahead_on_evidence_while_carrying(view):
+    """`compact_closing` with `>` between partner slots ranked strictly apart (allowed by the
+    nearest-first rule first, then closing count), only while the lead is carried."""
+    render = get_observation("compact_ranked")
+    seen = set()
+    for e, t in data_lib.timestep_records(view, 2):
+        plain = get_observation("compact_closing")(view, e, t, 4)
+        text = render(view, e, t, 4)
+        assert text.replace(" > ", " | ") == plain
+        seps = text.split(" ")[1:]
+        seps = [w for w in seps if w in ("|", ">")][1:]  # between the 8 slots
+        assert len(seps) == 7 and seps[0] == "|"
+        order = approach_order(view, e, t)
+        d = np.stack([view.distances(e, s) for s in range(phase_start(view, e, t), t + 1)])
+        closing = np.sign(d[:-1] - d[1:]).sum(0) if len(d) > 1 else np.zeros(d.shape[1])
+        start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
+        key = [((start[k], k) > (start[order[0]], order[0]), closing[k]) for k in order[1:]]
+        carried = int(view.holding[e, t]) >= 0
+        want = [">" if carried and a > b else "|" for a, b in zip(key, key[1:])]
+        assert seps[1:] == want
+        seen.update(seps[1:])
+    assert seen == {"|", ">"}
+
+
 
 def test_figure_observation_is_the_paper_prompt(view):
     text = get_observation("figure")(view, 1, 4, 2)
