@@ -1,14 +1,17 @@
 """The CPU default (README main job): a tiny Qwen3-architecture decoder (without q/k norm)
 from scratch with a BPE trained on generated text; compact observations with each object's
-closing count (`jaxtom.mindzero.observation`, `compact_closing`); the Figure 7 label set (8
+closing count and, while the lead is carried, `>` between partners the human's path has
+ranked apart (`jaxtom.mindzero.observation`, `compact_ranked`); the Figure 7 label set (8
 colored squares, the same words in every episode, so a from-scratch model need not learn to
-copy new words); 2 particles. A format warm-up on a label-free heuristic teacher
-(`approached`, which stands in for the paper's sampled generations of a bigger model and
-teaches the model to read its observation; checked on held-out prompts and retried once
-from a fresh initialisation if it did not learn to copy), then 200 SSRL steps on the ELBO
-reward with each probability's digit explored at temperature 3.0, keeping the model of the
-best log score on 40 validation episodes (the warm-up's included), then evaluation on
-held-out episodes. Settings and why: `jaxtom.mindzero.experiments.tiny_config`.
+copy new words); 4 particles. A format warm-up on a label-free teacher (`listed`: the lead
+paired with each of the first four listed partners, random probabilities sorted largest
+first only where `>` follows the first partner; it stands in for the paper's sampled
+generations of a bigger model and teaches the model to read its observation; checked on
+validation prompts and retried once from a fresh initialisation if it did not learn to
+copy), then 200 SSRL steps on the ELBO reward with each probability's digit explored at
+temperature 3.0 and a KL of 0.05 to the warm-up, keeping the model of the best log score on
+40 validation episodes (the warm-up's included), then evaluation on held-out episodes.
+Settings and why: `jaxtom.mindzero.experiments.tiny_config`.
 
 Ablations by switches: `mindzero.reward.entropy_weight=0.0` (w/o entropy bonus),
 `mindzero.data.num_particles=1` (single hypothesis; it explores nothing, its one p is 1.0),

@@ -69,6 +69,10 @@ class WarmupSpec:
     # The teacher's random probabilities listed largest first (a format convention, still
     # label-free): see `jaxtom.mindzero.data.warmup_target`.
     descending: bool = False
+    # ... only where the observation ranks the first listed partner ahead of the second on
+    # evidence (`observation.partner_ranks`: the lead carried and the path separating them),
+    # so the warm-up's answers already depend on that token, with random magnitudes
+    descending_on_evidence: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

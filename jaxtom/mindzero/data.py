@@ -26,7 +26,8 @@ from __future__ import annotations
 import grain
 import numpy as np
 
-from jaxtom.mindzero.observation import HostEpisodes, approach_order, get_observation
+from jaxtom.mindzero.observation import (HostEpisodes, approach_order, get_observation,
+                                         partner_ranks)
 from jaxtom.mindzero.particles import format_particles
 
 
@@ -94,12 +95,17 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
 
 def warmup_target(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
                   t: int | None = None, teacher: str = "random",
-                  descending: bool = False) -> str:
+                  descending: bool = False, descending_on_evidence: bool = False) -> str:
     """A well-formed completion with the teacher's particles and random probabilities
     (`descending`: listed largest first, so the first hypothesis is the model's top one by
-    convention; the pairs stay in the teacher's order, so nothing about the goal is taught)."""
+    convention; the pairs stay in the teacher's order, so nothing about the goal is taught;
+    `descending_on_evidence`: the same only where `partner_ranks` writes `>` after the first
+    listed partner, so the answer's shape depends on that token but not its magnitudes)."""
     pairs = warmup_pairs(view, e, num_particles, rng, t, teacher)
     p = rng.dirichlet(np.ones(num_particles))
+    if descending_on_evidence and t is not None:
+        order = approach_order(view, e, t)
+        descending = descending or partner_ranks(view, e, t, order)[1:2] == [">"]
     if descending:
         p = np.sort(p)[::-1]
     p = np.round(p, 1)

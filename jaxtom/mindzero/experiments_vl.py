@@ -34,17 +34,26 @@ def tiny_vl_config() -> Config:
     """A CPU smoke run of the image path: a tiny random Qwen3-VL (2-block vision tower, the
     tiny decoder's text side) from scratch over a BPE of the image prompts' text, pictures at
     16 px per cell (upscaled to 256x256 by the preprocessing: 64 image tokens), a short
-    format warm-up, then SSRL. It checks that everything runs, not that it learns."""
+    format warm-up, then SSRL. It checks that everything runs, not that it learns. Two
+    hypotheses from the `approached` teacher, sampled at 0.7 with duplicates merged: the text
+    default's four listed hypotheses and ranked separators read the compact observation,
+    which a picture does not have."""
     cfg = _with_images(tiny_config(), 16)
     m, mz = cfg.model, cfg.mindzero
+    mz = dataclasses.replace(
+        mz, data=dataclasses.replace(mz.data, num_particles=2),
+        warmup=dataclasses.replace(mz.warmup, teacher="approached", descending_on_evidence=False),
+        reward=dataclasses.replace(mz.reward, duplicates="merge"))
     return dataclasses.replace(
         cfg,
         model=dataclasses.replace(m, hidden_size=64, intermediate_size=128, num_layers=2,
                                   num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True),
-        step=dataclasses.replace(cfg.step, total_steps=20, warmup_steps=0),
+        step=dataclasses.replace(cfg.step, total_steps=20, warmup_steps=0,
+                                 learning_rate=6e-4, kl_coef=0.0),
         trainer=dataclasses.replace(cfg.trainer, workdir="runs/mindzero_gridworld_qwen3vl_tiny",
                                     total_steps=20, prompts_per_step=4, group_size=4,
-                                    eval_every=10, checkpoint_every=10),
+                                    eval_every=10, checkpoint_every=10, temperature=0.7,
+                                    max_new_tokens=48, row_len=128),
         mindzero=dataclasses.replace(
             mz, data=dataclasses.replace(mz.data, train_episodes=40, eval_episodes=8,
                                          stride=4, val_episodes=0),  # text path only

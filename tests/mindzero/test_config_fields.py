@@ -50,7 +50,8 @@ def table(episodes, params):
 def _particle_advantages(view, table, *overrides):
     """The goal rollout's advantages and group ids for two prompts of four teacher samples
     each (distinct particle sets, so distinct rewards) under `overrides`."""
-    cfg = load_config(GOALS, ["trainer.group_size=4", *overrides])
+    cfg = load_config(GOALS, ["trainer.group_size=4", "mindzero.data.num_particles=2",
+                              *overrides])
     codec = _Codec()
     rollout = mz.ParticleRollout(cfg, codec, view, table)
     tasks = [{"episode": 0, "t": 5, "row": 0}, {"episode": 3, "t": 9, "row": 1}]

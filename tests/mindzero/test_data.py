@@ -207,6 +207,25 @@ def test_descending_teacher_lists_its_larger_probability_first_and_keeps_its_pai
     assert len(set(np.round(firsts, 1))) >= 3
 
 
+def test_descending_on_evidence_sorts_only_where_the_first_partner_is_ranked_ahead(view):
+    """`descending_on_evidence`: the `listed` teacher's probabilities are sorted largest first
+    exactly where `partner_ranks` writes `>` after the first listed partner, and left as
+    drawn elsewhere (same pairs either way)."""
+    from jaxtom.mindzero.observation import partner_ranks
+    seen = set()
+    for e, t in data_lib.timestep_records(view, 3):
+        target = lambda **kw: parse_particles(data_lib.warmup_target(  # noqa: E731
+            view, e, 4, np.random.default_rng(t), t, "listed", **kw), view.labels[e],
+            num_particles=4)
+        plain, sorted_ = target(), target(descending=True)
+        got = target(descending_on_evidence=True)
+        ahead = partner_ranks(view, e, t, approach_order(view, e, t))[1] == ">"
+        assert got.pairs == plain.pairs
+        assert got.q == (sorted_.q if ahead else plain.q)
+        seen.add(ahead)
+    assert seen == {True, False}
+
+
 def test_probability_markers_precede_each_probability_digit_and_reach_the_sampler(
         view, monkeypatch):
     """`Codec.probability_markers` are the tokens right before a p's first decimal and the
