@@ -92,7 +92,13 @@ def tiny_config() -> Config:
     (lead named first in at least half the greedy answers), and retried once from a fresh
     initialisation if it did not copy. The best validation monitor log score (40 episodes
     of their own layouts, every 25 steps, the warm-up's included) picks the kept model;
-    the held-out differences it ranks are 10-20 times the paired SE of 40 episodes here."""
+    the held-out differences it ranks are 10-20 times the paired SE of 40 episodes here.
+
+    The paper configs (`paper_config`) share two of these rules: a KL to the starting model
+    (theirs 1e-2, appendix A.1) and rejected duplicate pairs (the public code's rule). They
+    keep the paper's temperature 1.0, its prompt (`compact_ranked` digests the transcript for
+    a model trained from scratch) and no warm-up, and they keep their last model: the paper
+    reports the model its 20 epochs end with, and has no validation episodes to choose on."""
     return Config(
         model=dataclasses.replace(TINY_MODEL, qk_norm=False),
         step=StepConfig(learning_rate=3e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.05,
