@@ -165,9 +165,10 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sel = r.get("selection")
+        best = None if sel is None else sel["candidates"][sel["best"]]
         kept = "" if sel is None else (
-            f"{sel['kept']} ({sel['best']}: kept - best {sel['candidates'][sel['best']]['kept_minus']:+.3f}"
-            f" ± {sel['candidates'][sel['best']]['kept_minus_se']:.3f})")
+            f"{sel['kept']} ({sel['best']}: kept - best {best['kept_minus']:+.3f}"
+            f" ± {best['kept_minus_se']:.3f})")
         helper = ("" if "helper" not in r else
                   f"{r['helper']:+.3f} / {r['helper_warmup']:+.3f} / {r['helper_exact']:+.3f}")
         hmargin = ("" if "helper" not in r else
