@@ -15,6 +15,8 @@ import dataclasses
 
 from jaxtom.mindzero.reward import RewardConfig
 
+EVIDENCE_ORDERS = ("none", "descending", "either")  # warmup.evidence_order
+
 
 @dataclasses.dataclass(frozen=True)
 class DataSpec:
@@ -69,10 +71,13 @@ class WarmupSpec:
     # The teacher's random probabilities listed largest first (a format convention, still
     # label-free): see `jaxtom.mindzero.data.warmup_target`.
     descending: bool = False
-    # ... only where the observation ranks the first listed partner ahead of the second on
-    # evidence (`observation.partner_ranks`: the lead carried and the path separating them),
-    # so the warm-up's answers already depend on that token, with random magnitudes
-    descending_on_evidence: bool = False
+    # Where the observation ranks the first listed partner ahead of the second on evidence
+    # (`observation.partner_ranks`: the lead carried and the path separating them), the
+    # teacher's random probabilities are sorted: "descending" largest first (the warm-up then
+    # already answers the evidence), "either" largest or smallest first at random (the
+    # warm-up's answers depend on that token but not which way: SSRL has to learn the
+    # direction from the reward), "none" not at all.
+    evidence_order: str = "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +164,8 @@ class MindZeroSection:
             raise ConfigError("trainer.share_prompts", "false with mindzero.data.observation="
                               "'image' (shared-prompt packing of per-row images is not built)",
                               True)
+        check(w.evidence_order in EVIDENCE_ORDERS, "warmup.evidence_order",
+              " or ".join(map(repr, EVIDENCE_ORDERS)), w.evidence_order)
         check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",
               "'random', 'approached', 'listed' or 'lead'", w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",

@@ -95,19 +95,25 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
 
 def warmup_target(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
                   t: int | None = None, teacher: str = "random",
-                  descending: bool = False, descending_on_evidence: bool = False) -> str:
+                  descending: bool = False, evidence_order: str = "none") -> str:
     """A well-formed completion with the teacher's particles and random probabilities
     (`descending`: listed largest first, so the first hypothesis is the model's top one by
-    convention; the pairs stay in the teacher's order, so nothing about the goal is taught;
-    `descending_on_evidence`: the same only where `partner_ranks` writes `>` after the first
-    listed partner, so the answer's shape depends on that token but not its magnitudes)."""
+    convention; the pairs stay in the teacher's order, so nothing about the goal is taught).
+    `evidence_order` sorts them only where `partner_ranks` writes `>` after the first listed
+    partner: "descending" largest first, "either" largest or smallest first at random (the
+    answer's shape then depends on that token, but not which way round; see
+    `WarmupSpec.evidence_order`)."""
+    if evidence_order not in ("none", "descending", "either"):
+        raise ValueError(f"unknown evidence_order {evidence_order!r}; expected 'none', "
+                         "'descending' or 'either'")
     pairs = warmup_pairs(view, e, num_particles, rng, t, teacher)
     p = rng.dirichlet(np.ones(num_particles))
-    if descending_on_evidence and t is not None:
-        order = approach_order(view, e, t)
-        descending = descending or partner_ranks(view, e, t, order)[1:2] == [">"]
-    if descending:
+    ranked = (evidence_order != "none" and t is not None
+              and partner_ranks(view, e, t, approach_order(view, e, t))[1:2] == [">"])
+    if descending or ranked:
         p = np.sort(p)[::-1]
+    if ranked and evidence_order == "either" and rng.random() < 0.5:
+        p = p[::-1]
     p = np.round(p, 1)
     p[-1] = round(1.0 - p[:-1].sum(), 1)
     return format_particles(pairs, np.clip(p, 0.0, 1.0), view.labels[e], decimals=1)

@@ -42,7 +42,7 @@ def tiny_vl_config() -> Config:
     m, mz = cfg.model, cfg.mindzero
     mz = dataclasses.replace(
         mz, data=dataclasses.replace(mz.data, num_particles=2),
-        warmup=dataclasses.replace(mz.warmup, teacher="approached", descending_on_evidence=False),
+        warmup=dataclasses.replace(mz.warmup, teacher="approached", evidence_order="none"),
         reward=dataclasses.replace(mz.reward, duplicates="merge"))
     return dataclasses.replace(
         cfg,

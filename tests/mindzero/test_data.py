@@ -207,23 +207,34 @@ def test_descending_teacher_lists_its_larger_probability_first_and_keeps_its_pai
     assert len(set(np.round(firsts, 1))) >= 3
 
 
-def test_descending_on_evidence_sorts_only_where_the_first_partner_is_ranked_ahead(view):
-    """`descending_on_evidence`: the `listed` teacher's probabilities are sorted largest first
-    exactly where `partner_ranks` writes `>` after the first listed partner, and left as
-    drawn elsewhere (same pairs either way)."""
+def test_evidence_order_sorts_only_where_the_first_partner_is_ranked_ahead(view):
+    """`evidence_order`: the `listed` teacher's probabilities are sorted exactly where
+    `partner_ranks` writes `>` after the first listed partner ("descending": largest first;
+    "either": largest or smallest first, both seen) and left as drawn elsewhere (same pairs
+    in every mode); an unknown mode is refused by name."""
     from jaxtom.mindzero.observation import partner_ranks
-    seen = set()
+    seen, directions = set(), set()
     for e, t in data_lib.timestep_records(view, 3):
         target = lambda **kw: parse_particles(data_lib.warmup_target(  # noqa: E731
             view, e, 4, np.random.default_rng(t), t, "listed", **kw), view.labels[e],
             num_particles=4)
         plain, sorted_ = target(), target(descending=True)
-        got = target(descending_on_evidence=True)
+        got, either = target(evidence_order="descending"), target(evidence_order="either")
         ahead = partner_ranks(view, e, t, approach_order(view, e, t))[1] == ">"
-        assert got.pairs == plain.pairs
+        assert got.pairs == either.pairs == plain.pairs
         assert got.q == (sorted_.q if ahead else plain.q)
+        if ahead:
+            up = bool(np.all(np.diff(either.q[:3]) > -1e-9))  # parsed q carry float noise
+            assert up or either.q == sorted_.q
+            if abs(either.q[0] - either.q[2]) > 1e-9:
+                directions.add(up)
+        else:
+            assert either.q == plain.q
         seen.add(ahead)
-    assert seen == {True, False}
+    assert seen == {True, False} and directions == {True, False}
+    with pytest.raises(ValueError, match="evidence_order"):
+        data_lib.warmup_target(view, 0, 4, np.random.default_rng(0), 5, "listed",
+                               evidence_order="ascending")
 
 
 def test_probability_markers_precede_each_probability_digit_and_reach_the_sampler(

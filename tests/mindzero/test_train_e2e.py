@@ -62,3 +62,28 @@ def test_ssrl_learns_from_the_reward_alone(tmp_path):
     # measured 2026-12-01: well-formed 0.65 -> 0.97, reward about -265 -> -200 nats
     assert valid[last].mean() > valid[first].mean() + 0.15
     assert reward[last].mean() > reward[first].mean() + 20.0  # nats per sample
+
+
+def test_ssrl_micro_run_learns_the_format_from_the_reward_alone(tmp_path):
+    """The main job in miniature, in the default suite (issue 33): a short label-free warm-up
+    leaves a third of the answers malformed, and 50 SSRL steps rewarded by the ELBO alone
+    (no labels, no teacher) must raise the share of well-formed samples by a set margin."""
+    cfg = load_config("configs/mindzero_gridworld_tiny.py", [
+        f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=30",
+        "mindzero.data.eval_episodes=2", "mindzero.data.num_particles=2",
+        "mindzero.warmup.steps=60", "mindzero.warmup.batch_size=16",
+        "mindzero.warmup.learning_rate=3e-3", "mindzero.warmup.min_distinct=0",
+        "mindzero.warmup.min_lead=0", "mindzero.warmup.retries=0", "mindzero.warmup.check_at=0",
+        "trainer.total_steps=50", "step.total_steps=50", "step.warmup_steps=5",
+        "step.learning_rate=1e-3", "trainer.max_new_tokens=48",
+        "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0",
+        "trainer.checkpoint_every=50", "mindzero.data.val_episodes=0"])
+    train(cfg, progress=False)
+    lines = [json.loads(x) for x in
+             (tmp_path / "ssrl" / "metrics.jsonl").read_text().splitlines() if x]
+    valid = np.array([x["valid"] for x in lines])
+    # measured 2026-12-05 (2 cores): well-formed 0.69 over the first 15 steps, 0.81 over the
+    # last 15 (each a mean over 960 samples; step-to-step sd about 0.1). The mean reward is
+    # dominated by the format penalty's spread (sd ~80 nats a step), so it is not asserted.
+    assert len(valid) == 50
+    assert valid[-15:].mean() > valid[:15].mean() + 0.06

@@ -127,6 +127,8 @@ def test_an_early_check_abandons_a_warmup_attempt_at_its_step_and_a_rerun_skips_
             assert steps == [1]  # step 2's row is not logged: it stopped at its check
     with pytest.raises(ConfigError, match="check_at"):
         load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.warmup.check_at=-1"])
+    with pytest.raises(ConfigError, match="evidence_order"):
+        load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.warmup.evidence_order=up"])
 
 
 def _tiny_decoder(seed):
