@@ -15,7 +15,7 @@ import dataclasses
 
 from jaxtom.mindzero.reward import RewardConfig
 
-EVIDENCE_ORDERS = ("none", "descending", "either")  # warmup.evidence_order
+ORDERS = ("drawn", "descending", "either")  # warmup.order; warmup.evidence_order: "none" or these
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,15 +68,16 @@ class WarmupSpec:
     # stops there (recorded in its directory, so a rerun skips it) instead of training on
     # to `steps`: an initialisation that will not copy shows it early (benchmarks/README.md)
     check_at: int = 0
-    # The teacher's random probabilities listed largest first (a format convention, still
-    # label-free): see `jaxtom.mindzero.data.warmup_target`.
-    descending: bool = False
-    # Where the observation ranks the first listed partner ahead of the second on evidence
-    # (`observation.partner_ranks`: the lead carried and the path separating them), the
-    # teacher's random probabilities are sorted: "descending" largest first (the warm-up then
-    # already answers the evidence), "either" largest or smallest first at random (the
-    # warm-up's answers depend on that token but not which way: SSRL has to learn the
-    # direction from the reward), "none" not at all.
+    # How the teacher arranges its random probabilities (`jaxtom.mindzero.data.warmup_target`;
+    # label-free either way): "drawn" as drawn, "descending" largest first (the first
+    # hypothesis is the top one by convention), "either" largest or smallest first at random,
+    # so the warm-up writes sorted answers and SSRL has to learn which way round pays.
+    order: str = "drawn"
+    # The same values ("none": no rule) where the observation ranks the first listed partner
+    # ahead of the second on evidence (`observation.partner_ranks`: the lead carried and the
+    # path separating them), overriding `order` there, so the answer's shape depends on that
+    # token: "descending" (the warm-up then already answers the evidence) or "either" (it
+    # depends on the token but not which way: SSRL has to learn the direction).
     evidence_order: str = "none"
 
 
@@ -164,8 +165,9 @@ class MindZeroSection:
             raise ConfigError("trainer.share_prompts", "false with mindzero.data.observation="
                               "'image' (shared-prompt packing of per-row images is not built)",
                               True)
-        check(w.evidence_order in EVIDENCE_ORDERS, "warmup.evidence_order",
-              " or ".join(map(repr, EVIDENCE_ORDERS)), w.evidence_order)
+        check(w.order in ORDERS, "warmup.order", " or ".join(map(repr, ORDERS)), w.order)
+        check(w.evidence_order in ("none",) + ORDERS[1:], "warmup.evidence_order",
+              " or ".join(map(repr, ("none",) + ORDERS[1:])), w.evidence_order)
         check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",
               "'random', 'approached', 'listed' or 'lead'", w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",

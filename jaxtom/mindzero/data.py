@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxtom.mindzero.observation import (HostEpisodes, approach_order, get_observation,
                                          partner_ranks)
+from jaxtom.mindzero.config import ORDERS
 from jaxtom.mindzero.particles import format_particles
 
 
@@ -95,24 +96,26 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
 
 def warmup_target(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
                   t: int | None = None, teacher: str = "random",
-                  descending: bool = False, evidence_order: str = "none") -> str:
-    """A well-formed completion with the teacher's particles and random probabilities
-    (`descending`: listed largest first, so the first hypothesis is the model's top one by
-    convention; the pairs stay in the teacher's order, so nothing about the goal is taught).
-    `evidence_order` sorts them only where `partner_ranks` writes `>` after the first listed
-    partner: "descending" largest first, "either" largest or smallest first at random (the
-    answer's shape then depends on that token, but not which way round; see
-    `WarmupSpec.evidence_order`)."""
-    if evidence_order not in ("none", "descending", "either"):
-        raise ValueError(f"unknown evidence_order {evidence_order!r}; expected 'none', "
-                         "'descending' or 'either'")
+                  order: str = "drawn", evidence_order: str = "none") -> str:
+    """A well-formed completion with the teacher's particles and random probabilities, in
+    the teacher's pair order (nothing about the goal is taught). `order` arranges the
+    probabilities of every answer: "drawn" as drawn, "descending" largest first (the first
+    hypothesis is the model's top one by convention), "either" largest or smallest first at
+    random. `evidence_order` (same values, "none" for no rule) overrides it where
+    `partner_ranks` writes `>` after the first listed partner, so the answer's shape there
+    depends on that token (see `WarmupSpec`)."""
+    for name, value in (("order", order), ("evidence_order", evidence_order)):
+        if value not in ORDERS + ("none",) or (name == "order" and value == "none"):
+            raise ValueError(f"unknown {name} {value!r}; expected one of "
+                             f"{ORDERS if name == 'order' else ('none',) + ORDERS[1:]}")
     pairs = warmup_pairs(view, e, num_particles, rng, t, teacher)
     p = rng.dirichlet(np.ones(num_particles))
-    ranked = (evidence_order != "none" and t is not None
-              and partner_ranks(view, e, t, approach_order(view, e, t))[1:2] == [">"])
-    if descending or ranked:
+    if (evidence_order != "none" and t is not None
+            and partner_ranks(view, e, t, approach_order(view, e, t))[1:2] == [">"]):
+        order = evidence_order
+    if order != "drawn":
         p = np.sort(p)[::-1]
-    if ranked and evidence_order == "either" and rng.random() < 0.5:
+    if order == "either" and rng.random() < 0.5:
         p = p[::-1]
     p = np.round(p, 1)
     p[-1] = round(1.0 - p[:-1].sum(), 1)

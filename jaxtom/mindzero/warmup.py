@@ -67,7 +67,7 @@ class WarmupRollout:
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                lambda e, t, rng: data_lib.warmup_target(
                                    self.view, e, d.num_particles, rng, t, w.teacher,
-                                   w.descending, w.evidence_order))
+                                   w.order, w.evidence_order))
 
 
 def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target) -> Rollout:

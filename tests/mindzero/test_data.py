@@ -187,24 +187,29 @@ def test_lead_teacher_pairs_the_lead_with_any_allowed_partner_blind_to_the_goal(
     assert beyond_three > 0
 
 
-def test_descending_teacher_lists_its_larger_probability_first_and_keeps_its_pairs(view):
-    """`descending` only reorders the random probabilities: the same pairs in the same order
-    (so no goal information enters), the first one never below the second, and the split
-    itself still random."""
-    firsts = []
+def test_teacher_orders_only_rearrange_its_random_probabilities(view):
+    """`order` only rearranges the random probabilities: the same pairs in the same order (so
+    no goal information enters); "descending" never puts the first below the second,
+    "either" does so in some answers and not in others; the split itself stays random; an
+    unknown order is refused by name."""
+    firsts, directions = [], set()
     for e in range(min(len(view), 6)):
         for seed in range(8):
             t = int(view.length[e]) // 2
-            plain = parse_particles(data_lib.warmup_target(
-                view, e, 2, np.random.default_rng(seed), t, "approached"), view.labels[e])
-            ordered = parse_particles(data_lib.warmup_target(
-                view, e, 2, np.random.default_rng(seed), t, "approached", descending=True),
+            target = lambda order: parse_particles(data_lib.warmup_target(  # noqa: E731
+                view, e, 2, np.random.default_rng(seed), t, "approached", order=order),
                 view.labels[e])
-            assert ordered.pairs == plain.pairs
+            plain, ordered, either = target("drawn"), target("descending"), target("either")
+            assert ordered.pairs == plain.pairs == either.pairs
             assert ordered.q[0] >= ordered.q[1]
             assert sorted(ordered.q) == pytest.approx(sorted(plain.q))
+            assert sorted(either.q) == pytest.approx(sorted(plain.q))
+            if abs(either.q[0] - either.q[1]) > 1e-9:
+                directions.add(either.q[0] > either.q[1])
             firsts.append(ordered.q[0])
-    assert len(set(np.round(firsts, 1))) >= 3
+    assert len(set(np.round(firsts, 1))) >= 3 and directions == {True, False}
+    with pytest.raises(ValueError, match="order"):
+        data_lib.warmup_target(view, 0, 2, np.random.default_rng(0), 5, "listed", order="up")
 
 
 def test_evidence_order_sorts_only_where_the_first_partner_is_ranked_ahead(view):
@@ -218,7 +223,7 @@ def test_evidence_order_sorts_only_where_the_first_partner_is_ranked_ahead(view)
         target = lambda **kw: parse_particles(data_lib.warmup_target(  # noqa: E731
             view, e, 4, np.random.default_rng(t), t, "listed", **kw), view.labels[e],
             num_particles=4)
-        plain, sorted_ = target(), target(descending=True)
+        plain, sorted_ = target(), target(order="descending")
         got, either = target(evidence_order="descending"), target(evidence_order="either")
         ahead = partner_ranks(view, e, t, approach_order(view, e, t))[1] == ">"
         assert got.pairs == either.pairs == plain.pairs
