@@ -4,8 +4,9 @@ closing count and, while the lead is carried, `>` between partners the human's p
 ranked apart (`jaxtom.mindzero.observation`, `compact_ranked`); the Figure 7 label set (8
 colored squares, the same words in every episode, so a from-scratch model need not learn to
 copy new words); 4 particles. A format warm-up on a label-free teacher (`listed`: the lead
-paired with each of the first four listed partners, random probabilities sorted largest
-first only where `>` follows the first partner; it stands in for the paper's sampled
+paired with each of the first four listed partners, random probabilities sorted only where
+`>` follows the first partner, largest or smallest first at random, so SSRL has to learn
+which way the evidence points; it stands in for the paper's sampled
 generations of a bigger model and teaches the model to read its observation; checked on
 validation prompts and retried once from a fresh initialisation if it did not learn to
 copy), then 200 SSRL steps on the ELBO reward with each probability's digit explored at
