@@ -4,8 +4,9 @@ with the rendered grid as its picture, for a vision-language policy (Qwen3-VL).
 The text is the `figure` observation in its image modality (no transcript: the model must
 read the state from the picture), with the prompt's `<image>` slot written as Qwen3-VL's
 image item (`<|vision_start|><|image_pad|><|vision_end|>`); the picture is
-`gridworld.render_rgb` of the state before action t (500x500 px at the paper's 50 px per
-cell: 256 LLM tokens). The text function is registered as an observation like the others, so
+`gridworld.render_rgb` of the state before action t with the human's path so far drawn as
+dots (the prompt says "The Human's action trajectory so far is shown in the image"; 500x500
+px at the paper's 50 px per cell: 256 LLM tokens). The text function is registered as an observation like the others, so
 tokenizer corpora and row-length bounds read it as they read any prompt.
 """
 
@@ -29,6 +30,12 @@ def image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) ->
 
 
 def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50) -> np.ndarray:
-    """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell."""
+    """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell, with a dot on
+    every cell the human stood on before actions 0..t (its trajectory so far). The trace is
+    the episode's whole row of cells under a mask, so every step renders with one program."""
     from jaxtom.gridworld import render_rgb
-    return np.asarray(render_rgb(view.state(e, t), cell_size=cell_size))
+    state = view.state(e, t)
+    width = int(np.shape(state.layout.walls)[1])
+    cells = np.asarray(view.human_cell[e])
+    trace = (np.stack([cells % width, cells // width], axis=1), np.arange(len(cells)) <= t)
+    return np.asarray(render_rgb(state, cell_size=cell_size, trace=trace))

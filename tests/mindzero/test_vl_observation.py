@@ -40,11 +40,30 @@ def test_picture_is_the_grid_before_action_t(view):
         observation_image(view, 0, 0)
 
 
+def test_picture_shows_the_path_so_far_and_nothing_after(view):
+    """Figure 7: "The Human's action trajectory so far is shown in the image": a dot at the
+    centre of every cell the human stood on before actions 0..t, none on cells it reaches
+    only later."""
+    from jaxtom.gridworld.render import TRACE
+    cs, e = 20, 0
+    t = int(view.length[e]) // 2
+    image = observation_image(view, e, t, cs)
+    height = image.shape[0] // cs
+    cells = [int(c) for c in view.human_cell[e]]
+    centre = lambda c: image[(height - 1 - c // 10) * cs + cs // 2, (c % 10) * cs + cs // 2]  # noqa: E731
+    occupied = set(int(c) for c in view.obj_cell[e, t]) | {cells[t]}
+    before = set(cells[:t + 1]) - occupied
+    after = set(cells[t + 1:int(view.length[e])]) - set(cells[:t + 1]) - occupied
+    assert before and after
+    assert all(np.array_equal(centre(c), TRACE) for c in before)
+    assert not any(np.array_equal(centre(c), TRACE) for c in after)
+
+
 def test_config_selects_and_checks_the_image_observation():
     from jaxtom.config import ConfigError, load_config
     path = "configs/mindzero_gridworld_qwen3vl_tiny.py"
     cfg = load_config(path)
-    assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 16
+    assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 32
     assert not cfg.step.freeze_vision  # the vision tower trains unless frozen
     assert load_config(path, ["step.freeze_vision=true"]).step.freeze_vision
     # QA reads pictures too (Table 4a's setting); the closing-count line is the goal task's
