@@ -77,3 +77,27 @@ def test_initializer_range_sets_a_random_models_weight_scale(std):
                "down_proj": model.layers.down_proj[...]}
     for name, w in weights.items():  # thousands of draws: the sample std is within 5%
         assert abs(float(np.std(np.asarray(w))) / std - 1) < 0.05, name
+
+
+def test_initializer_range_reaches_the_vision_tower_of_a_random_qwen3_vl(tmp_path):
+    """A from-scratch Qwen3-VL (image observations) draws its vision tower at the same std
+    as its decoder: the tower must not silently keep 0.02 when the config says otherwise."""
+    import dataclasses
+    import numpy as np
+    from jaxtom.mindzero.experiments_vl import tiny_vl_config
+    from jaxtom.mindzero.vl_train import build_vl_model
+    from jaxtom.mindzero.trainer import make_episodes
+    from jaxtom.mindzero.observation import HostEpisodes
+    cfg = tiny_vl_config()
+    cfg = dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, initializer_range=0.1, vocab_size=320),
+        mindzero=dataclasses.replace(cfg.mindzero, data=dataclasses.replace(
+            cfg.mindzero.data, train_episodes=4, eval_episodes=2)))
+    train, test = make_episodes(cfg)
+    views = (HostEpisodes.from_episodes(train), HostEpisodes.from_episodes(test))
+    model, _ = build_vl_model(cfg, tmp_path, views=views)
+    v = model.visual
+    assert v.config.initializer_range == 0.1
+    for name, w in {"patch_embed": v.patch_embed[...], "qkv": v.blocks.qkv[...],
+                    "merger fc1": v.merger.fc1[...]}.items():  # thousands of draws
+        assert abs(float(np.std(np.asarray(w))) / 0.1 - 1) < 0.05, name

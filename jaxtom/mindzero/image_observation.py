@@ -6,8 +6,9 @@ read the state from the picture), with the prompt's `<image>` slot written as Qw
 image item (`<|vision_start|><|image_pad|><|vision_end|>`); the picture is
 `gridworld.render_rgb` of the state before action t with the human's path so far drawn as
 dots (the prompt says "The Human's action trajectory so far is shown in the image"; 500x500
-px at the paper's 50 px per cell: 256 LLM tokens). The text function is registered as an observation like the others, so
-tokenizer corpora and row-length bounds read it as they read any prompt.
+px at the paper's 50 px per cell: 256 LLM tokens). The text function is registered as an
+observation like the others, so tokenizer corpora and row-length bounds read it as they read
+any prompt.
 """
 
 from __future__ import annotations

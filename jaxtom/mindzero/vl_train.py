@@ -81,7 +81,8 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
         raise ValueError(f"tokenizer {path} lacks the vision tokens: {ids}")
     text = m.random_model_config(vocab_size=tok.vocab_size, eos_token_ids=tok.eos_token_ids,
                                  tie_word_embeddings=True, max_position_embeddings=4096)
-    vision = VisionConfig(out_hidden_size=m.hidden_size, **TINY_VISION)
+    vision = VisionConfig(out_hidden_size=m.hidden_size, initializer_range=m.initializer_range,
+                          **TINY_VISION)
     cfg = VLConfig(text=text, vision=vision, image_token_id=ids[IMAGE_PAD],
                    vision_start_token_id=ids[VISION_START], vision_end_token_id=ids[VISION_END],
                    mrope_section=_mrope_section(m.head_dim))

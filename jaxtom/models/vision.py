@@ -56,18 +56,19 @@ def merger_shapes(cfg: VisionConfig, postshuffle: bool) -> dict[str, tuple[int, 
             "fc2": (d4, cfg.out_hidden_size), "fc2_bias": (cfg.out_hidden_size,)}
 
 
-def _init(rngs, name, shape, axes, dt):
+def _init(rngs, name, shape, axes, dt, scale):
     if name.endswith("_weight"):
         return _param(rngs, shape, axes, dt, "ones")
-    return _param(rngs, shape, axes, dt, "zeros" if name.endswith("bias") else "normal")
+    return _param(rngs, shape, axes, dt, "zeros" if name.endswith("bias") else "normal", scale)
 
 
 class Stacked(nnx.Module):
     """Parameters stacked over a leading axis (blocks, or deepstack mergers)."""
 
-    def __init__(self, shapes: dict, axes: dict, n: int, dt, rngs: nnx.Rngs):
+    def __init__(self, shapes: dict, axes: dict, n: int, dt, rngs: nnx.Rngs, scale: float):
         for name, shape in shapes.items():
-            setattr(self, name, _init(rngs, name, (n, *shape), ("layers", *axes[name]), dt))
+            setattr(self, name, _init(rngs, name, (n, *shape), ("layers", *axes[name]), dt,
+                                      scale))
 
     def arrays(self) -> dict[str, jax.Array]:
         return {k: v[...] for k, v in vars(self).items() if isinstance(v, nnx.Variable)}
@@ -76,7 +77,8 @@ class Stacked(nnx.Module):
 class Merger(nnx.Module):
     def __init__(self, cfg: VisionConfig, dt, rngs: nnx.Rngs):
         for name, shape in merger_shapes(cfg, False).items():
-            setattr(self, name, _init(rngs, name, shape, MERGER_AXES[name], dt))
+            setattr(self, name, _init(rngs, name, shape, MERGER_AXES[name], dt,
+                                      cfg.initializer_range))
 
     def arrays(self) -> dict[str, jax.Array]:
         return {k: v[...] for k, v in vars(self).items() if isinstance(v, nnx.Variable)}
@@ -139,14 +141,16 @@ class VisionTower(nnx.Module):
         self.config = cfg
         self.compute_dtype = compute_dtype
         dt = jnp.dtype(param_dtype)
-        self.patch_embed = _param(rngs, (cfg.patch_dim, cfg.hidden_size), (None, "embed"), dt)
+        std = cfg.initializer_range
+        self.patch_embed = _param(rngs, (cfg.patch_dim, cfg.hidden_size), (None, "embed"), dt,
+                                  scale=std)
         self.patch_embed_bias = _param(rngs, (cfg.hidden_size,), ("norm",), dt, "zeros")
         self.pos_embed = _param(rngs, (cfg.num_position_embeddings, cfg.hidden_size),
-                                (None, "embed"), dt)
-        self.blocks = Stacked(block_shapes(cfg), BLOCK_AXES, cfg.depth, dt, rngs)
+                                (None, "embed"), dt, scale=std)
+        self.blocks = Stacked(block_shapes(cfg), BLOCK_AXES, cfg.depth, dt, rngs, std)
         self.merger = Merger(cfg, dt, rngs)
         n_ds = len(cfg.deepstack_visual_indexes)
-        self.deepstack = Stacked(merger_shapes(cfg, True), MERGER_AXES, n_ds, dt, rngs)
+        self.deepstack = Stacked(merger_shapes(cfg, True), MERGER_AXES, n_ds, dt, rngs, std)
 
     def __call__(self, inputs: VisionInputs, *, remat: bool = False):
         """`remat`: keep only each block's input for the backward pass (recompute the rest,

@@ -37,6 +37,7 @@ class VisionConfig:
     spatial_merge_size: int = 2
     rope_theta: float = 10000.0
     layer_norm_eps: float = 1e-6
+    initializer_range: float = 0.02  # std of a random tower's weights (checkpoints: unused)
 
     def __post_init__(self):
         for name in ("depth", "hidden_size", "intermediate_size", "num_heads", "out_hidden_size",

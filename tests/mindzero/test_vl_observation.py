@@ -63,7 +63,7 @@ def test_config_selects_and_checks_the_image_observation():
     from jaxtom.config import ConfigError, load_config
     path = "configs/mindzero_gridworld_qwen3vl_tiny.py"
     cfg = load_config(path)
-    assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 32
+    assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 16
     assert not cfg.step.freeze_vision  # the vision tower trains unless frozen
     assert load_config(path, ["step.freeze_vision=true"]).step.freeze_vision
     # QA reads pictures too (Table 4a's setting); the closing-count line is the goal task's
