@@ -10,8 +10,9 @@ the kept model can be judged against the others it was chosen from:
 (checkpointing does not change the numbers). For each run it reads `results.json` (the
 held-out goal table and the helper speedups, written by the run itself), then scores the
 warm-up and every saved SSRL checkpoint on the same held-out queries, so the table shows
-whether the model the validation monitor kept is within one paired SE of the best held-out
-checkpoint among those it chose from. Ends with one JSON line of the figures.
+where the kept model (the last; with `mindzero.data.keep=best` the validation monitor's
+choice) stands against the best held-out checkpoint, in paired SE. Ends with one JSON line
+of the figures.
 
     python benchmarks/mindzero_tiny.py runs/mz_0 runs/mz_1 ...
 """
@@ -70,16 +71,20 @@ def score_candidates(run: Path) -> dict:
     models = {0: warm}
     for state in sorted((run / "ssrl" / "checkpoints").glob("*/state")):
         models[int(state.parent.name)] = trainer_checkpoint_model(warm, state)
-    kept = json.loads((run / "best.json").read_text())["step"]
-    if kept:
-        best_model, _ = load_model(cfg, run / f"best_{kept}")
+    if (run / "best.json").exists():  # a best-model rule (data.keep="best") chose
+        kept = json.loads((run / "best.json").read_text())["step"]
+        kept_dir = run / f"best_{kept}" if kept else None
+    else:  # the run kept its last model (data.keep="last")
+        kept, kept_dir = max(models), run / "checkpoint"
+    if kept_dir is not None:
+        kept_model, _ = load_model(cfg, kept_dir)
         if kept in models:  # the restore above must give the model the run itself kept
             same = jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
-                                jax.tree.leaves(nnx_params(best_model)),
+                                jax.tree.leaves(nnx_params(kept_model)),
                                 jax.tree.leaves(nnx_params(models[kept])))
             if not all(same):
                 raise ValueError(f"{run}: checkpoint {kept} does not restore the kept model")
-        models[kept] = best_model
+        models[kept] = kept_model
     per_row = {}
     for step, model in sorted(models.items()):
         queries = ev.TextQueries(model, codec, d.observation, d.num_particles)

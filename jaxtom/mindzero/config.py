@@ -37,9 +37,12 @@ class DataSpec:
     # > 0: this many validation episodes (fresh layouts, apart from train and eval): the
     # held-out monitor and the warm-up checks read them instead of the eval episodes, and
     # SSRL keeps the model of its best monitor log score (the warm-up's included) rather than
-    # its last (`jaxtom.mindzero.monitor.BestModel`); 0: the monitor reads the eval
-    # episodes, for logging only, and the last step is kept
+    # its last (`jaxtom.mindzero.monitor.BestModel`) when `keep` is "best"; 0: the monitor
+    # reads the eval episodes, for logging only, and the last step is kept
     val_episodes: int = 0
+    # "best" | "last": with validation episodes, whether SSRL keeps its best-monitor model or
+    # its last (the validation episodes then serve the monitor and the warm-up checks only)
+    keep: str = "best"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +139,7 @@ class MindZeroSection:
         check(not d.val_episodes or (d.task == "goals" and d.observation != "image"),
               "data.val_episodes", "0 for this task and observation (validation episodes "
               "exist for the text goal task)", d.val_episodes)
+        check(d.keep in ("best", "last"), "data.keep", "'best' or 'last'", d.keep)
         check(not d.val_episodes or config.trainer.eval_every > 0, "data.val_episodes",
               "0 with trainer.eval_every=0 (the kept model is chosen at the monitor's steps)",
               d.val_episodes)

@@ -16,7 +16,8 @@ from jaxtom.mindzero.trainer import load_model
 MICRO = ["mindzero.data.train_episodes=8", "mindzero.data.eval_episodes=2",
          "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=3",
          "trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.max_new_tokens=24",
-         "trainer.eval_every=3", "model.vocab_size=320", "mindzero.data.val_episodes=2"]
+         "trainer.eval_every=3", "model.vocab_size=320", "mindzero.data.val_episodes=2",
+         "mindzero.data.keep=best"]
 
 
 def _run(workdir):

@@ -203,3 +203,21 @@ def test_validation_episodes_are_apart_from_train_and_eval_and_need_a_monitor():
                  "mindzero.data.observation='compact'"]):
         with pytest.raises(ConfigError, match="val_episodes"):
             load_config("configs/mindzero_gridworld_tiny.py", bad)
+
+
+def test_the_default_keeps_its_last_model_and_the_best_model_rule_is_an_override(tmp_path):
+    """`data.keep`: the CPU default keeps its last SSRL model (its validation episodes feed
+    the monitor and the warm-up checks); `keep=best` turns the best-monitor rule on."""
+    from jaxtom.mindzero.trainer import prepare
+    small = ["mindzero.data.train_episodes=6", "mindzero.data.eval_episodes=2",
+             "mindzero.data.val_episodes=2", "model.vocab_size=320"]
+    kept = {}
+    for rule in ("last", "best"):
+        cfg = load_config("configs/mindzero_gridworld_tiny.py",
+                          small + [f"mindzero.data.keep={rule}"])
+        kept[rule] = prepare(cfg, tmp_path / rule, None).keep_best
+    assert kept == {"last": False, "best": True}
+    assert load_config("configs/mindzero_gridworld_tiny.py").mindzero.data.keep == "last"
+    with pytest.raises(ConfigError, match="data.keep"):
+        load_config("configs/mindzero_gridworld_tiny.py", ["mindzero.data.keep=worst"])
+
