@@ -10,8 +10,9 @@ which way the evidence points; it stands in for the paper's sampled
 generations of a bigger model and teaches the model to read its observation; checked on
 validation prompts and retried once from a fresh initialisation if it did not learn to
 copy), then 200 SSRL steps on the ELBO reward with each probability's digit explored at
-temperature 3.0 and a KL of 0.05 to the warm-up, keeping the model of the best log score on
-40 validation episodes (the warm-up's included), then evaluation on held-out episodes.
+temperature 3.0 and a KL of 0.05 to the warm-up, keeping the last model (40 validation
+episodes feed the warm-up check and the logged monitor; `mindzero.data.keep=best` keeps the
+model of their best log score instead), then evaluation on held-out episodes.
 Settings and why: `jaxtom.mindzero.experiments.tiny_config`.
 
 Ablations by switches: `mindzero.reward.entropy_weight=0.0` (w/o entropy bonus),
