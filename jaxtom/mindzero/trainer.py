@@ -218,7 +218,8 @@ def prepare(config, run_dir: Path, mesh):
         teacher_budget=longest_teacher_target(config, codec, view) if
         config.mindzero.warmup.steps else 0,
         rebuild=lambda cfg: build_model(cfg, run_dir, mesh=mesh)[0],
-        keep_best=val_eps is not None and config.mindzero.data.keep == "best", result={"train": train_eps, "test": test_eps})
+        keep_best=val_eps is not None and config.mindzero.data.keep == "best",
+        result={"train": train_eps, "test": test_eps})
 
 
 def load_model(config, checkpoint: str | Path, tokenizer_path=None):
