@@ -39,7 +39,8 @@ def test_image_run_evaluates_like_the_text_path(tmp_path):
     vl_cfg = load_config("configs/mindzero_gridworld_qwen3vl_tiny.py", EVAL)
     text_cfg = load_config("configs/mindzero_gridworld_tiny.py", EVAL + [
         "mindzero.data.train_episodes=40", "mindzero.data.eval_episodes=8",
-        "mindzero.data.val_episodes=0"])
+        "mindzero.data.val_episodes=0",
+        f"mindzero.data.num_particles={vl_cfg.mindzero.data.num_particles}"])
     assert dataclasses.asdict(vl_cfg.mindzero.eval) == dataclasses.asdict(text_cfg.mindzero.eval)
     vl_ckpt = _saved_run(vl_cfg, tmp_path / "vl", build_vl_model)
     text_ckpt = _saved_run(text_cfg, tmp_path / "text", text_trainer.build_model)
