@@ -91,27 +91,38 @@ def approach_order(view, e: int, t: int) -> list[int]:
     one, else the one the human has closed in on most consistently during the current phase
     (steps towards minus steps away; then nearest now, then label). Then the rest: first those
     the nearest-first rule allows as the lead's partner (farther than the lead from the human's
-    start, as the prompt's rule says a goal's object1 is the nearer), each group by closing,
-    distance now and label. The order is a function of observed states only; it puts the
-    geometric evidence up front so a small model can read it, and SSRL has to learn how far to
-    trust it (how much mass the listed alternatives deserve)."""
+    start, as the prompt's rule says a goal's object1 is the nearer), each group in label
+    order, except that while the lead is carried a larger closing count comes first.
+
+    Partners move only on evidence. Before the pick the path says nothing about the partner
+    (the human walks to the lead whatever comes next, so the exact posterior over partners
+    stays at the prior), and ordering them by closing count or distance reshuffled the list
+    at every step on noise; a model answering in listed order then changed its most likely
+    goal from step to step, and the helper, which commits once the same goal has led three
+    refreshes (`gridworld.helper`), committed late or on a reshuffle. While carrying, the
+    closing count is the evidence about the partner; distance now is not. The order is a
+    function of observed states only; it puts the geometric evidence up front so a small
+    model can read it, and SSRL has to learn how far to trust it (how much mass the listed
+    alternatives deserve)."""
     now = view.distances(e, t)
     closing = closing_counts(view, e, t)
     labels = view.labels[e]
     lead = int(view.holding[e, t])
-    if lead < 0:
+    carried = lead >= 0
+    if not carried:
         lead = min(range(len(now)), key=lambda k: (-int(closing[k]), int(now[k]), labels[k]))
     start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
     partner = lambda k: (int(start[k]), k) > (int(start[lead]), lead)  # noqa: E731
-    return sorted(range(len(now)), key=lambda k: (k != lead, not partner(k), -int(closing[k]),
-                                                 int(now[k]), labels[k]))
+    evidence = lambda k: -int(closing[k]) if carried else 0  # noqa: E731
+    return sorted(range(len(now)), key=lambda k: (k != lead, not partner(k), evidence(k),
+                                                 labels[k]))
 
 
 def partner_ranks(view, e: int, t: int, order: list[int]) -> list[str]:
     """The separator before each slot of `order` after the first: `>` where, while the lead is
     carried, the previous slot's partner is ranked strictly ahead of this one on evidence (the
     nearest-first rule allows it and this one not, or it has the larger closing count), `|`
-    otherwise (a tie on evidence, ordered by distance and label only, or no object carried).
+    otherwise (a tie on evidence, ordered by label only, or no object carried).
     In the carry phase the human's path is the only evidence about the partner, and whether it
     has separated the first listed partner from the second is then this one token (measured on
     the CPU default's held-out episodes: where it has, the exact posterior puts all its mass on

@@ -54,14 +54,33 @@ def test_compact_observation(view):
         start = view.dist[e, view.start_cell[e], view.obj_cell[e, 0]]
         partner = [(start[k], k) > (start[lead], lead) for k in order[1:]]
         assert partner == sorted(partner, reverse=True)  # the rule's partners come first
-        for group in (True, False):  # each group: most consistently approached first
-            c = [int(closing[k]) for k, p in zip(order[1:], partner) if p == group]
-            assert c == sorted(c, reverse=True)
+        for group in (True, False):  # each group: label order, after closing while carrying
+            members = [k for k, p in zip(order[1:], partner) if p == group]
+            key = [(-int(closing[k]) if held >= 0 else 0, view.labels[e][k]) for k in members]
+            assert key == sorted(key)
         assert all(int(s.split()[2]) == now[k] for s, k in zip(slots, order) if "held" not in s)
     with pytest.raises(ValueError, match="timestep"):
         compact_observation(view, 0, 0, 2)
     with pytest.raises(ValueError, match="unknown observation"):
         get_observation("video")
+
+
+def test_partners_keep_their_places_until_the_path_ranks_them(view):
+    """Before the pick the listed partners do not move while the lead stays (the path says
+    nothing about the partner), so a model answering in listed order keeps its most likely
+    goal and the helper's teleport rule can commit at the pick."""
+    steady = 0
+    for e in range(len(view)):
+        previous = None
+        for t in range(1, int(view.length[e])):
+            order = approach_order(view, e, t)
+            if int(view.holding[e, t]) >= 0:
+                break
+            if previous is not None and previous[0] == order[0]:
+                assert order == previous
+                steady += 1
+            previous = order
+    assert steady > 20
 
 
 def test_compact_closing_adds_each_slots_closing_count_and_keeps_the_rest(view):
