@@ -265,7 +265,8 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
         view, monkeypatch):
     """`Codec.probability_markers` are the tokens right before a p's first decimal and the
     digits, and the SSRL rollout hands them to the sampler with
-    `trainer.explore_temperature` (recorded, not assumed); with exploration off or a single hypothesis, nothing."""
+    `trainer.explore_temperature` (recorded, not assumed); with exploration off or a single
+    hypothesis, nothing."""
     from jaxtom.mindzero import trainer as mz_trainer
     from jaxtom.mindzero.experiments import tiny_config
     rng = np.random.default_rng(0)
@@ -285,7 +286,8 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
                         lambda model, prompts, rows, **kw: seen.append(kw) or [[1]] * len(rows))
     base = tiny_config()
     for temp, expected in ((0.0, None), (2.5, (markers, 2.5, digits))):
-        config = dataclasses.replace(base, trainer=dataclasses.replace(base.trainer, explore_temperature=temp))
+        config = dataclasses.replace(
+            base, trainer=dataclasses.replace(base.trainer, explore_temperature=temp))
         rollout = mz_trainer.ParticleRollout(config, codec, view, table=None)
         rollout.generate(None, [[1]] * 8, [{"row": 0}], jax.random.key(0))
         got = seen[-1]
