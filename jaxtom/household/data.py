@@ -18,12 +18,16 @@ Observations (`get_observation(name)`: `(episode, t, n) -> str`):
     last walk fridge`. A function of the observed key actions and states only.
 
 Warm-up teachers (label-free stand-ins for the paper's samples of a bigger model, which teach
-a from-scratch model the format): `approached` builds hypotheses from what the human has
-grabbed (delivered plus held, with those counts), where it put them, or the target it is
-carrying something towards, and perturbs them (a count +1, another target, one more type of
-the task); `random` draws O-WAH random goals (`helper_beliefs.random_goal`). Neither reads
-the true goal. SSRL then has to learn from the reward which completions deserve the mass
-(the objects still to come, equal counts, the task that fits).
+a from-scratch model the format): `approached` starts from what the human has grabbed
+(delivered plus held, with those counts), where it put them, or the target it is carrying
+something towards, and adds alternatives in a fixed order (every count +1, one more type of
+the task, every count +2), each with at least 0.1 of the mass; `random` draws O-WAH random
+goals (`helper_beliefs.random_goal`). Neither reads the true goal. The fixed order matters:
+a teacher that perturbed at random taught a from-scratch model to repeat its first hypothesis
+(the mode of every slot), and SSRL then filled the other slots with junk at p = 0, where the
+reward no longer reaches their content (benchmarks/README.md, household CPU default, stop
+55). SSRL has to learn from the reward which completions deserve the mass (the objects still
+to come, equal counts, the task that fits).
 
 `goal_support(apartment)`: the finite goal set the task generator can draw in an apartment
 (about 660 goals), the hypothesis space of the exact posterior the evaluation prints.
@@ -322,9 +326,25 @@ def _perturb(goal: Goal, ev: Evidence, rng: np.random.Generator) -> Goal:
     return Goal.make(goal.task_name, counts, goal.target)
 
 
+def _variants(goal: Goal) -> list[Goal]:
+    """Evidence-consistent alternatives to the observed goal, in a fixed order: more of what
+    has been seen (every count +1), one more type of the task at the largest count, every
+    count +2. (Two more types in place of one scored lower after SSRL: benchmarks/README.md,
+    household CPU default, stop 55.)"""
+    counts = dict(goal.objects)
+    out = [Goal.make(goal.task_name, {k: c + 1 for k, c in counts.items()}, goal.target)]
+    kinds = [k for k in catalog.TASK_OBJECTS[goal.task_name] if k not in counts]
+    if kinds:
+        out.append(Goal.make(goal.task_name, {**counts, kinds[0]: max(counts.values())},
+                             goal.target))
+    out.append(Goal.make(goal.task_name, {k: c + 2 for k, c in counts.items()}, goal.target))
+    return out
+
+
 def teacher_goals(episode, t: int, num_particles: int, rng: np.random.Generator,
                   teacher: str = "approached") -> list[Goal]:
-    """`num_particles` distinct label-free hypotheses at (episode, t)."""
+    """`num_particles` distinct label-free hypotheses at (episode, t): for `approached` the
+    observed goal, its `_variants`, then random perturbations if still short."""
     if teacher not in TEACHERS:
         raise ValueError(f"unknown warm-up teacher {teacher!r}; expected one of {TEACHERS}")
     from jaxtom.household.helper_beliefs import random_goal
@@ -333,6 +353,9 @@ def teacher_goals(episode, t: int, num_particles: int, rng: np.random.Generator,
     if teacher == "approached":
         base = observed_goal(ev, rng)
         goals.append(base)
+        for g in _variants(base):
+            if len(goals) < num_particles and g not in goals:
+                goals.append(g)
         for _ in range(20 * num_particles):
             if len(goals) == num_particles:
                 break
@@ -347,11 +370,17 @@ def teacher_goals(episode, t: int, num_particles: int, rng: np.random.Generator,
 
 
 def teacher_probs(num_particles: int, rng: np.random.Generator, decimals: int = 1) -> np.ndarray:
-    """Random probabilities rounded to `decimals`, summing to 1 (the first one largest)."""
-    p = np.sort(rng.dirichlet(np.ones(num_particles)))[::-1]
-    p = np.round(p, decimals)
-    p[-1] = round(1.0 - p[:-1].sum(), decimals)
-    return np.clip(p, 0.0, 1.0)
+    """Random probabilities rounded to `decimals`, summing to 1 (the first one largest), each
+    at least one unit of the last decimal: a hypothesis at p = 0 is one the reward ignores."""
+    units = 10 ** decimals
+    spare = units - num_particles  # units left after one for each hypothesis
+    if spare < 0:
+        raise ValueError(f"{num_particles} hypotheses cannot each get 1/{units} of the mass")
+    share = np.sort(rng.dirichlet(np.ones(num_particles)))[::-1] * spare
+    whole = np.floor(share).astype(int)
+    rest = np.argsort(-(share - whole), kind="stable")[:spare - whole.sum()]
+    whole[rest] += 1  # largest remainders: the units sum exactly
+    return np.round(np.sort(1 + whole)[::-1] / units, decimals)
 
 
 def warmup_target(episode, t: int, num_particles: int, rng: np.random.Generator,

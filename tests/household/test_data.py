@@ -67,6 +67,21 @@ def test_teacher_targets_parse_with_n_distinct_goals_and_never_read_the_goal(epi
     assert hd.warmup_target(ep, t, 3, np.random.default_rng(5), teacher) == a
 
 
+def test_approached_teacher_writes_evidence_consistent_alternatives_with_mass(episodes):
+    """The observed goal first, then every count +1 (the fixed order a from-scratch model can
+    learn without repeating its first hypothesis), and no hypothesis at p = 0."""
+    rng = np.random.default_rng(1)
+    for e, t in hd.timestep_records(episodes, stride=5):
+        parsed = parse_particles(hd.warmup_target(episodes[e], t, 3, rng), mode="train",
+                                 num_particles=3)
+        first, second = parsed.goals[:2]
+        assert dict(second.objects) == {k: c + 1 for k, c in first.objects}
+        assert (second.task_name, second.target) == (first.task_name, first.target)
+        assert min(parsed.probs) >= 0.1 - 1e-9
+    with pytest.raises(ValueError, match="cannot each get"):
+        hd.teacher_probs(11, rng)
+
+
 def test_observed_goal_counts_grabbed_objects_and_their_target(episodes):
     ep = episodes[0]
     ev = hd.evidence(ep, ep.length)  # the end: everything delivered
