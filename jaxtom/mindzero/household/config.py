@@ -50,6 +50,9 @@ class HouseholdSpec:
     test_apartments: tuple[int, ...] = (3, 6)
     observability: str = "partial"  # the human's view: partial (paper section 5.4) or full
     after_first_key_action: bool = True  # training timesteps start after the first grab/put
+    # warm-up and SSRL prompts: one per timestep (False) or the same number per episode (True,
+    # `household.train.balanced`; benchmarks/README.md, household CPU default, stop 55)
+    balance_episodes: bool = False
     monitor_rows: int = 96  # held-out queries the training monitor scores
     seed_offset: int = 0  # episodes derive from trainer.seed + this
 
@@ -109,6 +112,8 @@ class HouseholdMindZero(MindZeroSection):
               h.scorer_timeout_s)
         check(h.scorer_batch >= 1, "household.scorer_batch", "a positive int", h.scorer_batch)
         check(h.monitor_rows >= 1, "household.monitor_rows", "a positive int", h.monitor_rows)
+        check(isinstance(h.balance_episodes, bool), "household.balance_episodes",
+              "True or False", h.balance_episodes)
         check(bool(h.train_apartments) and bool(h.test_apartments), "household.test_apartments",
               "non-empty train and test apartment lists", (h.train_apartments,
                                                            h.test_apartments))

@@ -58,11 +58,11 @@ def household_tiny_config() -> Config:
     malformed sample's penalty spends a group's advantage on the format rather than the goal; at
     0.7, 0.69-0.74 -> 0.91-0.93, and the mean reward of the last ten steps rose from -8.6..-9.7
     to -5.4..-6.8. lr 6e-4 (was 3e-4): on seed 3 the last 45 steps' reward -4.9 against -5.9
-    and the held-out margin +0.64 ± 0.22 against +0.54 ± 0.20. 128 test episodes at every fourth step (~2,000 queries, about 3 minutes of
-    evaluation on 2 cores): an episode's queries are correlated, so the margin over the
-    warm-up is only as precise as the number of episodes; with 32 the same trained model's
-    margin read +0.76 ± 0.46 and with 64 +1.37 ± 0.34 (benchmarks/README.md, household CPU
-    default, stop 55).
+    and the held-out margin +0.64 ± 0.22 against +0.54 ± 0.20. 128 test episodes at every
+    fourth step (~2,000 queries, about 2.5 minutes of evaluation on 2 cores): an episode's
+    queries are correlated, so the margin over the warm-up is only as precise as the number
+    of episodes; with 32 the same trained model's margin read +0.76 ± 0.46 and with 64 +1.37
+    ± 0.34 (benchmarks/README.md, household CPU default, stop 55).
     """
     return Config(
         model=dataclasses.replace(TINY_MODEL, vocab_size=768),

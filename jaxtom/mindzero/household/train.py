@@ -222,9 +222,26 @@ def all_time_context(episode, t: int):
 
 # ---- rollouts ------------------------------------------------------------------------------
 def task_records(episodes, config, stride: int = 1) -> list[dict]:
-    """Unlabelled (episode, t) prompts: nothing about the goal is attached."""
-    after = config.mindzero.household.after_first_key_action
-    return [{"episode": e, "t": t} for e, t in hd.timestep_records(episodes, stride, after)]
+    """Unlabelled (episode, t) prompts: nothing about the goal is attached. One per timestep,
+    or with `household.balance_episodes` the same number per episode (see `balanced`)."""
+    h = config.mindzero.household
+    records = [{"episode": e, "t": t}
+               for e, t in hd.timestep_records(episodes, stride, h.after_first_key_action)]
+    return balanced(records) if h.balance_episodes else records
+
+
+def balanced(records: list[dict]) -> list[dict]:
+    """Every episode the median episode's number of rows, at evenly spaced timesteps (long
+    episodes thinned, short ones repeated), so that large goals (long episodes) do not
+    outvote small ones in training as they cannot in the episode-averaged evaluation."""
+    by: dict[int, list[dict]] = {}
+    for r in records:
+        by.setdefault(int(r["episode"]), []).append(r)
+    per = int(np.median([len(rows) for rows in by.values()]))
+    out = []
+    for rows in by.values():
+        out += [rows[i] for i in np.round(np.linspace(0, len(rows) - 1, per)).astype(int)]
+    return out
 
 
 class WarmupRollout:

@@ -141,3 +141,25 @@ def test_a_failed_household_warmup_is_retried_then_stops(tmp_path):
     for d in ("warmup_train", "warmup_train_1"):
         assert (tmp_path / d / "checkpoints").is_dir(), d
     assert not (tmp_path / "warmup").exists() and not (tmp_path / "ssrl").exists()
+
+
+def test_balance_episodes_gives_every_episode_the_same_rows():
+    """`mindzero.household.balance_episodes` reaches the prompts the warm-up and SSRL read."""
+    from jaxtom.household import data as hd
+    over = ["mindzero.data.train_episodes=6"]
+    plain = load_config(TINY, over)
+    even = load_config(TINY, over + ["mindzero.household.balance_episodes=true"])
+    episodes = hd.make_episodes(plain, "train")
+    per_step = ht.task_records(episodes, plain)
+    rows = ht.task_records(episodes, even)
+    lengths = np.bincount([r["episode"] for r in per_step])
+    counts = np.bincount([r["episode"] for r in rows])
+    assert lengths.min() < lengths.max()  # the episodes differ, so balancing changes them
+    assert set(counts) == {int(np.median(lengths))}
+    assert {(r["episode"], r["t"]) for r in rows} <= {(r["episode"], r["t"]) for r in per_step}
+    for e in range(len(episodes)):  # first and last timestep of every episode kept
+        ts = [r["t"] for r in per_step if r["episode"] == e]
+        kept = [r["t"] for r in rows if r["episode"] == e]
+        assert kept[0] == ts[0] and kept[-1] == ts[-1]
+    with pytest.raises(ConfigError, match="balance_episodes"):
+        load_config(TINY, ["mindzero.household.balance_episodes=1"])
