@@ -144,11 +144,12 @@ def test_a_failed_household_warmup_is_retried_then_stops(tmp_path):
 
 
 def test_balance_episodes_gives_every_episode_the_same_rows():
-    """`mindzero.household.balance_episodes` reaches the prompts the warm-up and SSRL read."""
+    """`mindzero.household.balance_episodes` (on in the CPU default) reaches the prompts the
+    warm-up and SSRL read."""
     from jaxtom.household import data as hd
     over = ["mindzero.data.train_episodes=6"]
-    plain = load_config(TINY, over)
-    even = load_config(TINY, over + ["mindzero.household.balance_episodes=true"])
+    plain = load_config(TINY, over + ["mindzero.household.balance_episodes=false"])
+    even = load_config(TINY, over)  # the default balances
     episodes = hd.make_episodes(plain, "train")
     per_step = ht.task_records(episodes, plain)
     rows = ht.task_records(episodes, even)
