@@ -4,13 +4,13 @@ A household run is a MindZero config whose `mindzero` section is a `HouseholdMin
 gridworld's `MindZeroSection` with one more field) and whose `mindzero.data.task` is
 "household" (goal particles; `jaxtom train|eval|mindzero run` route it to
 `jaxtom.mindzero.household.train` / `.evaluate`) or "household_qa" (questions, through the QA
-driver `jaxtom.mindzero.qa_train` with `household.qa_ssrl.HouseholdQA`). The shared fields keep their meaning: `data.train_episodes` /
-`data.eval_episodes` episodes on the train / test apartments, `data.max_steps` the step budget
-(OWAH: 200), `data.num_particles` the n of Figure 9, `data.observation` `figure` (Figure 9's
-prompt) or `compact` (a short line for the tiny model), `warmup.teacher` `approached` (the
-label-free observation teacher of `jaxtom.household.data`) or `random`, `reward.*` the ELBO's
-weights. Override any household field by its dotted path, e.g.
-`mindzero.household.likelihood=llm`.
+driver `jaxtom.mindzero.qa_train` with `household.qa_ssrl.HouseholdQA`). The shared fields keep
+their meaning: `data.train_episodes` / `data.eval_episodes` episodes on the train / test
+apartments, `data.max_steps` the step budget (OWAH: 200), `data.num_particles` the n of Figure
+9, `data.observation` `figure` (Figure 9's prompt) or `compact` (a short line for the tiny
+model), `warmup.teacher` `approached` (the label-free observation teacher of
+`jaxtom.household.data`) or `random`, `reward.*` the ELBO's weights. Override any household
+field by its dotted path, e.g. `mindzero.household.likelihood=llm`.
 
 Table 2's ablations are switches: w/o prior `mindzero.household.prior=none` (or
 `mindzero.reward.prior_weight=0.0`), single hypothesis `mindzero.data.num_particles=1`, w/o
