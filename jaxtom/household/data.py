@@ -1,14 +1,14 @@
 """Household training data: unlabelled episodes unrolled into timesteps (MindZero appendix C.2).
 
 Episodes come from the simulator (`episodes.generate_episodes`) on the training apartments
-(OWAH's 0, 1, 2, 4, 5) and, for evaluation, on the held-out ones (3, 6). A timestep `t`
-counts the human actions observed so far: the prompt shows the state in which the latest one,
+(OWAH's 0, 1, 2, 4, 5) and, for evaluation, on the held-out ones (3, 6). A timestep `t` counts
+the human actions observed so far: the prompt shows the state in which the latest one,
 `a_{t-1}`, was taken and that action as "the human's next action" (Figure 9), and the reward
 scores `a_0 .. a_{t-1}`. Only steps after the human's first key action (a grab or a put) are
-kept (`after_first_key=True`): this library's choice, not the paper's (it states no such
-rule), because before any key action the walk alone says next to nothing about the goal. Nothing about the goal is attached to a
-record: the pipeline is label-free by construction (`Episode.goal` is read only by the
-evaluation and the held-out monitor).
+kept (`after_first_key=True`): this library's choice, not the paper's (it states no such rule),
+because before any key action the walk alone says next to nothing about the goal. Nothing about
+the goal is attached to a record: the pipeline is label-free by construction (`Episode.goal` is
+read only by the evaluation and the held-out monitor).
 
 Observations (`get_observation(name)`: `(episode, t, n) -> str`):
   * `figure`: Figure 9's prompt, rendered by `jaxtom.household.text` (what real LLMs read);
