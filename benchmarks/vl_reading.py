@@ -1,0 +1,149 @@
+"""Where a from-scratch Qwen3-VL stops reading its picture (issue 37's CPU demonstration).
+
+The image default's warm-up never names the observation's lead object (the carried one,
+else the one the human closes in on) above chance. This probe trains the same tiny model
+(the text default's decoder, no q/k norm, a 1024-token BPE; the 2-block vision tower; Figure
+7's image prompt; 32 px per cell, one LLM token per cell) *supervised* on one short target
+per picture, with the pictures made progressively more like the real render:
+
+  solid   the whole picture is the lead's colour            (is the image path wired?)
+  needle  a white picture, the human's cell in that colour  (can it find one cell?)
+  marked  the real render, the human's cell in that colour  (among the real distractors?)
+  lead    the real render                                   (the warm-up's actual question)
+  caption the real render; target: all eight objects in reading order (where things are)
+
+and scores greedy answers on 48 held-out (episode, t) pictures: the share that equal the
+target, and the share whose first item is right (chance 1/8 for one object).
+
+    python benchmarks/vl_reading.py --kinds solid,needle,marked,lead,caption --steps 300
+
+Prints one line per evaluation and ends with one JSON line of the final figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from jaxtom.mindzero import trainer as text_trainer
+from jaxtom.mindzero import vl_train
+from jaxtom.mindzero.data import task_records, timestep_records
+from jaxtom.mindzero.driver import make_mesh
+from jaxtom.mindzero.experiments import TINY_MODEL
+from jaxtom.mindzero.experiments_vl import tiny_vl_config
+from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.observation import HostEpisodes, approach_order
+from jaxtom.mindzero.warmup import teacher_rollout, warmup_step_config, warmup_trainer_config
+from jaxtom.rl.trainer import Trainer
+
+KINDS = ("solid", "needle", "marked", "lead", "caption")
+# one distinct colour per object label (sorted label order), for the synthetic pictures
+PALETTE = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
+                    [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230]], np.uint8)
+
+
+def probe_config(steps: int, lr: float, seed: int, workdir: str):
+    cfg = tiny_vl_config()
+    mz = cfg.mindzero
+    return dataclasses.replace(
+        cfg, model=dataclasses.replace(TINY_MODEL, qk_norm=False, vocab_size=1024),
+        trainer=dataclasses.replace(cfg.trainer, seed=seed, workdir=workdir, max_new_tokens=48),
+        mindzero=dataclasses.replace(
+            mz, data=dataclasses.replace(mz.data, image_cell_size=32),
+            warmup=dataclasses.replace(mz.warmup, steps=steps, batch_size=32,
+                                       learning_rate=lr)))
+
+
+def target(kind: str, view: HostEpisodes, e: int, t: int) -> str:
+    if kind == "caption":  # every object, row-major by its cell
+        order = np.argsort(view.obj_cell[e, t], kind="stable")
+        return ", ".join(view.labels[e][k] for k in order)
+    return view.labels[e][approach_order(view, e, t)[0]]
+
+
+def picture(kind: str, labels: list[str]):
+    """(view, e, t, cell) -> uint8 picture for `kind` (the real render for lead/caption)."""
+    if kind in ("lead", "caption"):
+        return observation_image
+
+    def render(view, e, t, cell):
+        real = observation_image(view, e, t, cell)
+        colour = PALETTE[labels.index(target("lead", view, e, t))]
+        if kind == "solid":
+            return np.broadcast_to(colour, real.shape).copy()
+        out = real.copy() if kind == "marked" else np.full_like(real, 255)
+        x, y = int(view.human_cell[e, t]) % 10, int(view.human_cell[e, t]) // 10
+        out[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = colour
+        return out
+    return render
+
+
+def run(kind: str, steps: int, lr: float, seed: int, evals: int) -> dict:
+    workdir = tempfile.mkdtemp(prefix=f"vl_reading_{kind}_")
+    cfg = probe_config(steps, lr, seed, workdir)
+    train_eps, test_eps = text_trainer.make_episodes(cfg)
+    view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
+    labels = sorted({name for row in view.labels + test_view.labels for name in row})
+    vl_train.observation_image = picture(kind, labels)  # what VLPrompts renders
+    model, codec = vl_train.build_vl_model(cfg, Path(workdir), views=(view, test_view))
+    prompts = vl_train.VLPrompts(cfg, codec, view, model.config)
+    held_out = vl_train.VLPrompts(cfg, codec, test_view, model.config)
+    row_len = vl_train.vl_row_len(cfg, prompts, view, 40)
+
+    def rollout(model, tasks, key, step):
+        r = teacher_rollout(tasks, step, seed, codec, prompts,
+                            lambda e, t, rng: target(kind, view, e, t))
+        return vl_train.global_vl_batch(r, vl_train.image_keys(tasks), prompts, model.config,
+                                        row_len=row_len, pad_id=codec.pad_id)
+
+    records = timestep_records(test_view, 1)
+    rng = np.random.default_rng(123)
+    pick = [records[i] for i in rng.choice(len(records), 48, replace=False)]
+    started = time.time()
+
+    def score(step, m) -> dict:
+        seqs = vl_train.generate_vl_rows(
+            m, [held_out(e, t) for e, t in pick], pick, np.arange(len(pick)),
+            render=held_out.image, key=jax.random.key(0), num_patches=held_out.num_patches,
+            max_new_tokens=48, temperature=0.0, stop=list(codec.eos_ids), pad_id=codec.pad_id)
+        texts = [codec.decode(s).strip() for s in seqs]
+        wants = [target(kind, test_view, e, t) for e, t in pick]
+        exact = np.mean([a == b for a, b in zip(texts, wants)])
+        first = np.mean([a.split(",")[0].strip() == b.split(",")[0] for a, b in zip(texts, wants)])
+        out = {"exact": float(exact), "first": float(first), "distinct": float(len(set(texts)))}
+        print(f"{kind} step {step}: exact {exact:.3f}, first item {first:.3f}, "
+              f"{len(set(texts))} distinct answers ({time.time() - started:.0f} s)", flush=True)
+        return out
+
+    wcfg = dataclasses.replace(warmup_trainer_config(cfg), eval_every=max(steps // evals, 1))
+    trainer = Trainer(model, task_records(view, 1), rollout, warmup_step_config(cfg), wcfg,
+                      mesh=make_mesh(cfg), eval_hooks=[score], desc=kind)
+    final = score(steps, trainer.learner.model(trainer.run()))
+    return {**final, "seconds": round(time.time() - started, 1)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--evals", type=int, default=4, help="evaluations during training")
+    args = ap.parse_args()
+    kinds = args.kinds.split(",")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise SystemExit(f"unknown kinds {unknown}; expected some of {KINDS}")
+    figures = {k: run(k, args.steps, args.lr, args.seed, args.evals) for k in kinds}
+    print(json.dumps({"steps": args.steps, "lr": args.lr, "seed": args.seed, **figures}))
+
+
+if __name__ == "__main__":
+    main()
