@@ -11,6 +11,7 @@ per picture, with the pictures made progressively more like the real render:
   marked  the real render, the human's cell in that colour  (among the real distractors?)
   lead    the real render                                   (the warm-up's actual question)
   caption the real render; target: all eight objects in reading order (where things are)
+  cells_lead, cells_caption   lead and caption on the flat-cell render (`style="cells"`)
 
 and scores greedy answers on 48 held-out (episode, t) pictures: the share that equal the
 target, and the share whose first item is right (chance 1/8 for one object).
@@ -43,7 +44,7 @@ from jaxtom.mindzero.observation import HostEpisodes, approach_order
 from jaxtom.mindzero.warmup import teacher_rollout, warmup_step_config, warmup_trainer_config
 from jaxtom.rl.trainer import Trainer
 
-KINDS = ("solid", "needle", "marked", "lead", "caption")
+KINDS = ("solid", "needle", "marked", "lead", "caption", "cells_lead", "cells_caption")
 # one distinct colour per object label (sorted label order), for the synthetic pictures
 PALETTE = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
                     [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230]], np.uint8)
@@ -62,7 +63,7 @@ def probe_config(steps: int, lr: float, seed: int, workdir: str):
 
 
 def target(kind: str, view: HostEpisodes, e: int, t: int) -> str:
-    if kind == "caption":  # every object, row-major by its cell
+    if kind.endswith("caption"):  # every object, row-major by its cell
         order = np.argsort(view.obj_cell[e, t], kind="stable")
         return ", ".join(view.labels[e][k] for k in order)
     return view.labels[e][approach_order(view, e, t)[0]]
@@ -72,6 +73,8 @@ def picture(kind: str, labels: list[str]):
     """(view, e, t, cell) -> uint8 picture for `kind` (the real render for lead/caption)."""
     if kind in ("lead", "caption"):
         return observation_image
+    if kind.startswith("cells"):
+        return lambda view, e, t, cell: observation_image(view, e, t, cell, "cells")
 
     def render(view, e, t, cell):
         real = observation_image(view, e, t, cell)

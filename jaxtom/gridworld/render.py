@@ -5,6 +5,13 @@ as coloured shapes, the human as a green ring and the helper as a red outlined s
 so an object under an agent stays visible; a carried object is drawn smaller at its carrier).
 The top row of the image is y = H-1. Shape stencils are boolean masks built once per cell size
 in NumPy, so the jitted renderer only gathers and selects.
+
+`style="cells"` draws the same state as flat cells for vision towers trained from scratch:
+each object fills its cell (a carried one fills its carrier's), the path so far is a light
+fill rather than dots, and the agents are thick borders. With one vision token per cell every
+fact of the state then sits in one token as a colour, with no shape to resolve (a tiny tower
+learns to read that in a few hundred steps; the figures' 12-px squares it did not:
+benchmarks/README.md, issue 37).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ WALL = np.array((64, 64, 64), np.uint8)
 HUMAN = np.array((0, 205, 0), np.uint8)
 HELPER = np.array((235, 0, 0), np.uint8)
 TRACE = np.array((0, 120, 0), np.uint8)
+TRACE_FILL = np.array((175, 235, 175), np.uint8)  # the path so far, `style="cells"`
+STYLES = ("figure", "cells")
 
 MIN_CELL_SIZE = 4
 _OBJECT_RADIUS = 0.32  # in cell widths; agent markers are outlines around it
@@ -104,8 +113,11 @@ def stencils(cell_size: int) -> dict[str, np.ndarray]:
     rows, cols = np.indices((cell_size, cell_size))
     edge = np.minimum.reduce([rows, cols, cell_size - 1 - rows, cell_size - 1 - cols])
     grid = (rows == 0) | (cols == 0)
+    thick = max(2, cell_size // 6)
     masks = {
         "objects": objects,
+        "human_border": edge < thick,  # `style="cells"`: the agents as thick borders
+        "helper_border": (edge >= thick) & (edge < 2 * thick),
         "human": (radius <= _RING_RADIUS) & (radius >= _RING_RADIUS - (stroke + 1) / cell_size),
         "helper": (edge >= 1) & (edge < 1 + stroke),
         "dot": radius <= max(0.09, 0.75 / cell_size),
@@ -164,19 +176,55 @@ def _marker(pos, mask: np.ndarray, height: int, width: int, cell_size: int) -> j
     return _cell_layer(here, cell_size) & _tile(mask, height, width)
 
 
-def render_rgb(state, *, cell_size: int = 16, trace=None) -> jnp.ndarray:
+def render_rgb(state, *, cell_size: int = 16, trace=None, style: str = "figure") -> jnp.ndarray:
     """uint8 [H*cell_size, W*cell_size, 3] picture of one `EnvState` or `Observation`.
 
-    `trace` (optional) marks cells as small dots: a `Trajectory` (the human's positions before
-    each valid step), a `(positions [T, 2], mask [T])` pair, or positions alone. Checks its
-    input, then runs one jit-compiled kernel (static `cell_size`); works inside `jit`, and
-    `jax.vmap` it for batches.
+    `trace` (optional) marks cells the human stood on: a `Trajectory` (its positions before
+    each valid step), a `(positions [T, 2], mask [T])` pair, or positions alone. `style`:
+    "figure" (the paper's figures: shapes, a ring, dots) or "cells" (flat cells; see the
+    module docstring). Checks its input, then runs one jit-compiled kernel (static
+    `cell_size`); works inside `jit`, and `jax.vmap` it for batches.
     """
     stencils(cell_size)  # validates cell_size
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     _fields(state)
     if trace is not None:
         trace = _trace_arrays(trace)
-    return _render(state, cell_size, trace)
+    return (_render if style == "figure" else _render_cells)(state, cell_size, trace)
+
+
+def _visited(trace, height: int, width: int) -> jnp.ndarray:
+    positions, mask = trace
+    return jnp.zeros((height, width), bool).at[positions[:, 1], positions[:, 0]].max(mask)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _render_cells(state, cell_size: int, trace) -> jnp.ndarray:
+    """`style="cells"`: per-cell colours first ([H, W, 3], row 0 = y 0), then pixels."""
+    walls = jnp.asarray(_fields(state), bool)
+    height, width = walls.shape
+    masks = stencils(cell_size)
+    fill = jnp.broadcast_to(jnp.asarray(BACKGROUND), (height, width, 3))
+    if trace is not None:
+        fill = jnp.where(_visited(trace, height, width)[..., None], TRACE_FILL, fill)
+    fill = jnp.where(walls[..., None], WALL, fill)
+    obj_pos = jnp.asarray(state.obj_pos, jnp.int32)
+    ids = jnp.arange(obj_pos.shape[0])
+    carried = (ids == state.human_holding) | (ids == state.helper_holding)
+    colours = jnp.asarray(PALETTE)[jnp.asarray(state.obj_color)]
+    ys, xs = np.indices((height, width))
+    on_cell = (xs[None] == obj_pos[:, 0, None, None]) & (ys[None] == obj_pos[:, 1, None, None])
+    for layer in (on_cell & ~carried[:, None, None], on_cell & carried[:, None, None]):
+        fill = jnp.where(jnp.any(layer, axis=0)[..., None], colours[jnp.argmax(layer, 0)], fill)
+    image = _cell_layer(fill, cell_size)
+    grid = _tile(masks["grid"], height, width).at[-1, :].set(True).at[:, -1].set(True)
+    image = jnp.where(grid[..., None], GRID_LINE, image)
+    for pos, mask, colour in ((state.helper_pos, "helper_border", HELPER),
+                              (state.human_pos, "human_border", HUMAN)):
+        border = _marker(jnp.asarray(pos), masks[mask], height, width, cell_size)
+        image = jnp.where(border[..., None], colour, image)
+    return image.astype(jnp.uint8)
 
 
 @functools.partial(jax.jit, static_argnums=(1,))
@@ -191,8 +239,7 @@ def _render(state, cell_size: int, trace) -> jnp.ndarray:
     image = jnp.where(grid[..., None], GRID_LINE, image)
 
     if trace is not None:
-        positions, mask = trace
-        visited = jnp.zeros((height, width), bool).at[positions[:, 1], positions[:, 0]].max(mask)
+        visited = _visited(trace, height, width)
         dots = _cell_layer(visited, cell_size) & _tile(masks["dot"], height, width)
         image = jnp.where(dots[..., None], TRACE, image)
 
@@ -253,5 +300,5 @@ def save_gif(frames, path: str | os.PathLike, duration_ms: int = 250) -> str:
     return os.fspath(path)
 
 
-__all__ = ["render_rgb", "save_png", "save_gif", "stencils", "PALETTE", "WALL", "HUMAN",
-           "HELPER", "TRACE", "GRID_LINE", "BACKGROUND"]
+__all__ = ["render_rgb", "save_png", "save_gif", "stencils", "STYLES", "PALETTE", "WALL",
+           "HUMAN", "HELPER", "TRACE", "TRACE_FILL", "GRID_LINE", "BACKGROUND"]

@@ -29,6 +29,9 @@ class DataSpec:
     observation: str = "figure"  # figure | compact | compact_closing | compact_ranked | image
     # (Figure 7 + the rendered grid: a Qwen3-VL policy, jaxtom.mindzero.vl_train)
     image_cell_size: int = 50  # px per grid cell of the image observation (paper: 50)
+    # how the picture is drawn (`gridworld.render_rgb`): "figure", the paper's; "cells", flat
+    # cells a vision tower trained from scratch can read (the CPU image default)
+    image_style: str = "figure"
     num_particles: int = 2
     stride: int = 1  # every stride-th timestep of an episode
     task: str = "goals"  # goals: goal particles (assistance); qa: binary-choice questions
@@ -121,6 +124,8 @@ class MindZeroSection:
               d.observation)
         check(d.image_cell_size >= 1, "data.image_cell_size", "a positive int",
               d.image_cell_size)
+        check(d.image_style in ("figure", "cells"), "data.image_style", "'figure' or 'cells'",
+              d.image_style)
         check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
         check(not (d.task == "qa" and d.observation in ("compact_closing", "compact_ranked")),
               "data.observation",

@@ -30,13 +30,15 @@ def image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) ->
     return text.replace(IMAGE_TOKEN, IMAGE_PLACEHOLDER)
 
 
-def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50) -> np.ndarray:
-    """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell, with a dot on
-    every cell the human stood on before actions 0..t (its trajectory so far). The trace is
-    the episode's whole row of cells under a mask, so every step renders with one program."""
+def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50,
+                      style: str = "figure") -> np.ndarray:
+    """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell, with every
+    cell the human stood on before actions 0..t marked (its trajectory so far), drawn in
+    `style` (`gridworld.render_rgb`: the paper's "figure" or flat "cells"). The trace is the
+    episode's whole row of cells under a mask, so every step renders with one program."""
     from jaxtom.gridworld import render_rgb
     state = view.state(e, t)
     width = int(np.shape(state.layout.walls)[1])
     cells = np.asarray(view.human_cell[e])
     trace = (np.stack([cells % width, cells // width], axis=1), np.arange(len(cells)) <= t)
-    return np.asarray(render_rgb(state, cell_size=cell_size, trace=trace))
+    return np.asarray(render_rgb(state, cell_size=cell_size, trace=trace, style=style))

@@ -103,7 +103,8 @@ def question_prompts(config, codec, qa: QASet, model) -> QAPrompts:
     """The prompts of `qa`'s questions for `model`: text, or text with pictures."""
     d = config.mindzero.data
     if d.observation == "image":
-        return VLQAPrompts(codec, qa.view, qa.questions, model.config, d.image_cell_size)
+        return VLQAPrompts(codec, qa.view, qa.questions, model.config, d.image_cell_size,
+                           d.image_style)
     return QAPrompts(d.observation, codec, qa.view, qa.questions)
 
 

@@ -103,7 +103,7 @@ def run_queries(cfg: Config, checkpoint: str | Path):
     if d.observation == "image":
         from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
         model, codec = load_vl_model(cfg, checkpoint)
-        return VLQueries(model, codec, d.image_cell_size, d.num_particles)
+        return VLQueries(model, codec, d.image_cell_size, d.image_style, d.num_particles)
     model, codec = load_model(cfg, checkpoint)
     return ev.TextQueries(model, codec, d.observation, d.num_particles)
 

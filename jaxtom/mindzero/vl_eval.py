@@ -30,12 +30,13 @@ class VLQueries:
     model: Qwen3VL
     codec: Codec
     cell_size: int
+    style: str  # `mindzero.data.image_style`
     num_particles: int
     patches: int = dataclasses.field(default=0, init=False)  # per picture, set by `ask`
 
     def prompt(self, view, e: int, t: int):
         """(token ids with the picture's tokens expanded, preprocessed picture)."""
-        patches, grid = preprocess_image(observation_image(view, e, t, self.cell_size),
+        patches, grid = preprocess_image(observation_image(view, e, t, self.cell_size, self.style),
                                          self.model.config.vision)
         ids = self.codec.prompt_ids(image_observation(view, e, t, self.num_particles))
         return expand_image_tokens(ids, [tuple(grid)], self.model.config), (patches, grid)

@@ -25,9 +25,9 @@ class VLQAPrompts(QAPrompts):
     (preprocessed, cached); every picture of a run has one size. `row_len` (set by the
     trainer once known) is the update rows' length."""
 
-    def __init__(self, codec, view, questions, vl: VLConfig, cell_size: int):
+    def __init__(self, codec, view, questions, vl: VLConfig, cell_size: int, style: str):
         super().__init__("image", codec, view, questions)
-        self.vl, self.cell = vl, cell_size
+        self.vl, self.cell, self.style = vl, cell_size, style
         self._pictures: dict[int, tuple] = {}
         self.row_len = 0
         grid = self.image(0)[1]
@@ -47,7 +47,7 @@ class VLQAPrompts(QAPrompts):
             if len(self._pictures) >= 1024:
                 self._pictures.pop(next(iter(self._pictures)))
             self._pictures[key] = preprocess_image(
-                observation_image(self.view, *key, self.cell), self.vl.vision)
+                observation_image(self.view, *key, self.cell, self.style), self.vl.vision)
         return self._pictures[key]
 
     def generate_rows(self, model, index, row_ids, *, key, rows_per_call: int = 0, **kwargs):

@@ -97,6 +97,7 @@ class VLPrompts:
         self.text = PromptCache(config, codec, view)
         self.view, self.vl = view, vl
         self.cell = config.mindzero.data.image_cell_size
+        self.style = config.mindzero.data.image_style
         self.cache: dict[tuple[int, int], list[int]] = {}
         self._pictures: dict[tuple[int, int], tuple] = {}  # the latest few, insertion order
         e, t = data_lib.timestep_records(view, 1)[0]
@@ -115,7 +116,7 @@ class VLPrompts:
             if len(self._pictures) >= 1024:
                 self._pictures.pop(next(iter(self._pictures)))
             self._pictures[key] = preprocess_image(
-                observation_image(self.view, e, t, self.cell), self.vl.vision)
+                observation_image(self.view, e, t, self.cell, self.style), self.vl.vision)
         return self._pictures[key]
 
 

@@ -8,8 +8,8 @@ from PIL import Image
 from jaxtom.gridworld import env, render
 from jaxtom.gridworld.layout import parse_ascii
 from jaxtom.gridworld.render import (
-    BACKGROUND, GRID_LINE, HELPER, HUMAN, PALETTE, TRACE, WALL, render_rgb, save_gif, save_png,
-    stencils,
+    BACKGROUND, GRID_LINE, HELPER, HUMAN, PALETTE, TRACE, TRACE_FILL, WALL, render_rgb, save_gif,
+    save_png, stencils,
 )
 from jaxtom.gridworld.types import COLORS, SHAPES, EnvParams, observe
 
@@ -119,6 +119,31 @@ def test_trace_dots_only_on_valid_steps(scene):
     assert not (cell_pixels(image, 0, 4, 5) == TRACE).all(-1).any()
     plain = render_rgb(scene, cell_size=CS, trace=positions)  # no mask: every position
     assert (cell_pixels(plain, 0, 4, 5)[dot] == TRACE).all()
+
+
+def test_cells_style_one_flat_colour_per_fact(scene):
+    """style="cells": objects fill their cells (a carried one its carrier's, under the
+    human's border), the path is a fill, the agents are borders; walls as in the figures."""
+    carrying = scene.replace(human_pos=jnp.array([0, 1]), human_holding=jnp.int32(0))
+    carrying = carrying.replace(obj_pos=carrying.obj_pos.at[0].set(jnp.array([0, 1])))
+    trace = (jnp.array([[0, 3], [1, 2], [0, 1]]), jnp.array([True, True, False]))
+    image = render_rgb(carrying, cell_size=CS, trace=trace, style="cells")
+    masks = stencils(CS)
+    inside = ~masks["grid"]
+    yellow = cell_pixels(image, 3, 3, 5)  # object 1, on the floor
+    assert (yellow[inside] == PALETTE[COLORS.index("yellow")]).all()
+    human = cell_pixels(image, 0, 1, 5)  # carrying object 0 (blue)
+    assert (human[masks["human_border"] & inside] == HUMAN).all()
+    assert (human[~masks["human_border"]] == PALETTE[COLORS.index("blue")]).all()
+    helper = cell_pixels(image, 5, 0, 5)  # on object 2 (purple)
+    assert (helper[masks["helper_border"]] == HELPER).all()
+    assert tuple(helper[CS // 2, CS // 2]) == tuple(PALETTE[COLORS.index("purple")])
+    for x, y in ((1, 2), (0, 3)):  # the path's valid steps
+        assert (cell_pixels(image, x, y, 5)[inside] == TRACE_FILL).all()
+    assert tuple(cell_pixels(image, 2, 2, 5)[CS // 2, CS // 2]) == tuple(BACKGROUND)
+    assert (cell_pixels(image, 1, 3, 5)[inside] == WALL).all()
+    with pytest.raises(ValueError, match="style must be one of"):
+        render_rgb(scene, cell_size=CS, style="bold")
 
 
 def test_jit_traces_once_and_vmap_matches(states):

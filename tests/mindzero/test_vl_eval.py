@@ -65,7 +65,8 @@ def test_image_run_evaluates_like_the_text_path(tmp_path):
 
     # TFLOPs per query: the decoder over every token plus the vision tower over the patches
     model, codec = load_vl_model(vl_cfg, vl_ckpt)
-    queries = VLQueries(model, codec, vl_cfg.mindzero.data.image_cell_size, 2)
+    queries = VLQueries(model, codec, vl_cfg.mindzero.data.image_cell_size,
+                        vl_cfg.mindzero.data.image_style, 2)
     view = HostEpisodes.from_episodes(text_trainer.make_episodes(vl_cfg)[1])
     texts, tokens = queries.ask(view, [(0, 1), (1, 2)], key=jax.random.key(0),
                                 temperature=0.0, max_new_tokens=4)
