@@ -85,6 +85,12 @@ class WarmupSpec:
     # token: "descending" (the warm-up then already answers the evidence) or "either" (it
     # depends on the token but not which way: SSRL has to learn the direction).
     evidence_order: str = "none"
+    # > 0: the first this many warm-up steps teach only the observation's lead object's name
+    # (label-free, as the teachers' object1) before the teacher's answers: a from-scratch
+    # vision tower learns to read the lead off the picture from that short target, where the
+    # full answer's unpredictable tokens drowned it (goal tasks only; benchmarks/README.md,
+    # issue 37)
+    read_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +166,12 @@ class MindZeroSection:
               w.check_at)
         check(w.learning_rate > 0, "warmup.learning_rate", "a positive number",
               w.learning_rate)
+        check(isinstance(w.read_steps, int) and 0 <= w.read_steps < max(w.steps, 1),
+              "warmup.read_steps", "an int >= 0 below warmup.steps", w.read_steps)
+        check(not (w.read_steps and 0 < w.check_at <= w.read_steps), "warmup.check_at",
+              "0 or past warmup.read_steps (the check reads answers, not names)", w.check_at)
         if d.task == "qa":  # its warm-up (random letters) has no held-out check to act on
-            for name in ("min_distinct", "min_lead", "retries", "check_at"):
+            for name in ("min_distinct", "min_lead", "retries", "check_at", "read_steps"):
                 check(not getattr(w, name), f"warmup.{name}",
                       "0 for mindzero.data.task='qa' (the QA warm-up is not checked, so "
                       "nothing would act on it)", getattr(w, name))

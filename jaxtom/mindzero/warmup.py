@@ -16,7 +16,7 @@ from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero.data import PromptCache
 from jaxtom.mindzero.model_io import save_model
-from jaxtom.mindzero.observation import HostEpisodes
+from jaxtom.mindzero.observation import HostEpisodes, approach_order
 from jaxtom.mindzero.policy import Codec
 from jaxtom.rl import StepConfig
 from jaxtom.rl.trainer import Rollout, Trainer, completion_rows
@@ -64,10 +64,18 @@ class WarmupRollout:
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
+        if step < w.read_steps:  # the lead's name alone (`WarmupSpec.read_steps`)
+            return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec,
+                                   self.prompts, lambda e, t, rng: lead_name(self.view, e, t))
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                lambda e, t, rng: data_lib.warmup_target(
                                    self.view, e, d.num_particles, rng, t, w.teacher,
                                    w.order, w.evidence_order))
+
+
+def lead_name(view: HostEpisodes, e: int, t: int) -> str:
+    """The label of the observation's lead object (what the teachers write as object1)."""
+    return view.labels[e][approach_order(view, e, t)[0]]
 
 
 def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target) -> Rollout:

@@ -303,3 +303,38 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
     mz_trainer.ParticleRollout(single, codec, view, table=None).generate(
         None, [[1]] * 8, [{"row": 0}], jax.random.key(0))
     assert "explore_after" not in seen[-1]
+
+
+def test_read_steps_teach_the_lead_name_then_the_teacher(view):
+    """`warmup.read_steps`: the first steps' targets are the lead's name alone (the teachers'
+    object1, label-free), later ones the teacher's answers; the field is checked."""
+    from jaxtom.config import ConfigError
+    from jaxtom.mindzero.experiments import tiny_config
+    from jaxtom.mindzero.warmup import WarmupRollout, lead_name
+
+    cfg = tiny_config()
+    mz = cfg.mindzero
+    cfg = dataclasses.replace(cfg, mindzero=dataclasses.replace(mz, warmup=dataclasses.replace(
+        mz.warmup, steps=4, read_steps=2, check_at=0)))
+    rng = np.random.default_rng(0)
+    texts = [compact_observation(view, e, t, 4) for e, t in data_lib.timestep_records(view, 4)]
+    texts += [data_lib.warmup_target(view, e, 4, rng) for e in range(len(view))]
+    codec = Codec(train_bpe(texts, 420))
+    rollout = WarmupRollout(cfg, codec, view)
+    records = data_lib.timestep_records(view, 3)[:6]
+    tasks = [{"episode": e, "t": t, "row": i} for i, (e, t) in enumerate(records)]
+
+    def targets(step):
+        r = rollout(None, tasks, None, step)
+        return [codec.decode([s for s, m in zip(seq, mask) if m]) for seq, mask in
+                zip(r.sequences, r.policy_masks)]
+
+    assert targets(1) == [lead_name(view, e, t) for e, t in records]
+    for (e, t), text in zip(records, targets(2)):
+        pairs = parse_particles(text, view.labels[e], num_particles=4).pairs
+        assert pairs and view.labels[e][pairs[0][0]] == lead_name(view, e, t)
+    for field, value in (("read_steps", 4), ("check_at", 2)):
+        bad = dataclasses.replace(cfg, mindzero=dataclasses.replace(
+            cfg.mindzero, warmup=dataclasses.replace(cfg.mindzero.warmup, **{field: value})))
+        with pytest.raises(ConfigError, match=f"warmup.{field}"):
+            bad.mindzero.validate(bad)

@@ -96,6 +96,9 @@ class HouseholdMindZero(MindZeroSection):
             raise ConfigError("trainer.explore_temperature", "0 for mindzero.data.task="
                               "'household' (its sampler has no exploration point)",
                               config.trainer.explore_temperature)
+        check(not self.warmup.read_steps, "warmup.read_steps",
+              "0 for mindzero.data.task='household' (its observation has no lead object)",
+              self.warmup.read_steps)
         check(not self.warmup.min_lead, "warmup.min_lead",
               "0 for mindzero.data.task='household' (its monitor has no observation lead "
               "to name)", self.warmup.min_lead)
