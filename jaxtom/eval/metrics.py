@@ -47,14 +47,19 @@ def smooth(q, mix: float) -> np.ndarray:
 
 
 def goal_scores(q, true_goal, exact, mix: float = 0.01) -> dict[str, np.ndarray]:
-    """Per-row scores of goal distributions q [M, G] (rows sum to 1 or are all zero for a
-    failed query, which then counts as uniform) against the true goals [M] and the exact
-    posterior [M, G]: top-1 accuracy, log score and Brier score of the true goal, and
-    KL(exact || q). Top-1 splits credit evenly among tied top goals."""
+    """Per-row scores of goal distributions q [M, G] (rows sum to 1, or are all zero for a
+    failed query) against the true goals [M] and the exact posterior [M, G]: top-1 accuracy,
+    log score and Brier score of the true goal, and KL(exact || q). Top-1 splits credit
+    evenly among tied top goals.
+
+    A failed query has no mass on any goal: top-1 0, the floor's log score and KL (as the
+    household evaluation scores it), and Brier 2, the worst any distribution scores. Scored as
+    a uniform guess, an answer that failed beat every well-formed wrong one (log score -4.03
+    against -8.63 at 1% mix), and a policy whose greedy answers all failed looked better than
+    its warm-up by 4.6 nats (benchmarks/README.md, issue 37)."""
     q = np.asarray(q, np.float64)
     empty = q.sum(-1, keepdims=True) <= 0
-    q = np.where(empty, 1.0 / q.shape[-1], q)
-    q = q / q.sum(-1, keepdims=True)
+    q = q / np.where(empty, 1.0, q.sum(-1, keepdims=True))
     rows = np.arange(len(q))
     true_goal = np.asarray(true_goal)
     onehot = np.zeros_like(q)
@@ -67,8 +72,9 @@ def goal_scores(q, true_goal, exact, mix: float = 0.01) -> dict[str, np.ndarray]
     # that splits mass evenly is not scored by the arbitrary order of goal indices
     best = np.isclose(q, q.max(-1, keepdims=True), rtol=1e-9, atol=0.0)
     top1 = np.where(empty[:, 0], 0.0, best[rows, true_goal] / best.sum(-1))
+    brier = np.where(empty[:, 0], 2.0, np.sum((q - onehot) ** 2, -1))
     return {"top1": top1.astype(np.float64), "log_score": np.log(qs[rows, true_goal]),
-            "brier": np.sum((q - onehot) ** 2, -1), "kl_exact": kl}
+            "brier": brier, "kl_exact": kl}
 
 
 def accuracy_by_progress(progress, correct, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:

@@ -3,7 +3,8 @@
 At every evaluated timestep t, all episodes still running are queried in one sampler call
 (greedy as the public evaluation, or sampled at `eval.temperature`, one completion per
 query), parsed with the lenient eval rule, and turned into a
-distribution over the 56 ordered goals (a failed parse is a uniform guess and counts as wrong).
+distribution over the 56 ordered goals (a failed parse has no mass: it scores as the worst
+answer, `eval.metrics.goal_scores`).
 Baselines run in the same harness on the same (episode, t): a random goal (one per episode, as
 the random helper), the exact Bayesian posterior (nearest-first prior, the model-based
 reference), and whatever other model is passed (the untrained, warm-up-only one).

@@ -27,8 +27,13 @@ def test_goal_scores():
     s = goal_scores(q, np.array([0, 2]), exact, mix=0.2)
     assert s["top1"].tolist() == [1.0, 0.0]
     assert s["log_score"][0] == pytest.approx(np.log(0.8 + 0.05))
-    assert s["log_score"][1] == pytest.approx(np.log(0.25))
-    assert s["brier"][0] == 0.0 and s["brier"][1] == pytest.approx(0.75)
+    # a failed parse scores as the worst answer, never above a well-formed wrong one
+    assert s["log_score"][1] == pytest.approx(np.log(0.05))
+    assert s["brier"][0] == 0.0 and s["brier"][1] == 2.0
+    assert s["kl_exact"][1] == pytest.approx(np.log(1.0 / 0.05))
+    wrong = goal_scores(np.array([[0.0, 1.0, 0.0, 0.0]]), np.array([2]), exact[1:], mix=0.2)
+    assert all(wrong[k][0] >= s[k][1] for k in ("log_score", "top1"))
+    assert all(wrong[k][0] <= s[k][1] for k in ("brier", "kl_exact"))
     kl0 = 0.5 * np.log(0.5 / 0.85) + 0.5 * np.log(0.5 / 0.05)
     assert s["kl_exact"][0] == pytest.approx(kl0)
     assert goal_scores(exact, [0, 2], exact, mix=0.0)["kl_exact"] == pytest.approx([0, 0])
