@@ -132,6 +132,9 @@ class MindZeroSection:
               d.image_cell_size)
         check(d.image_style in ("figure", "cells"), "data.image_style", "'figure' or 'cells'",
               d.image_style)
+        check(d.image_style == "figure" or d.observation == "image", "data.image_style",
+              "'figure' unless data.observation='image' (a text observation draws no picture)",
+              d.image_style)
         check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
         check(not (d.task == "qa" and d.observation in ("compact_closing", "compact_ranked")),
               "data.observation",

@@ -100,6 +100,13 @@ def test_vl_configs_do_not_share_prompts_and_refuse_it_in_one_line():
     msg = str(err.value)
     assert msg.startswith("config error: trainer.share_prompts:") and "image" in msg
     assert "\n" not in msg
+    # the picture's style reaches image runs only; elsewhere it is refused, not ignored
+    assert load_config(VL, ["mindzero.data.image_style=cells"]).mindzero.data.image_style == \
+        "cells"
+    for path, override in ((GOALS, "mindzero.data.image_style=cells"),
+                           ("configs/mindzero_household_tiny.py", "mindzero.warmup.read_steps=5")):
+        with pytest.raises(ConfigError, match=override.split("=")[0].split(".", 1)[1]):
+            load_config(path, [override])
 
 
 def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch, episodes):
@@ -133,7 +140,7 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
 @pytest.mark.parametrize("field, value", [
     ("mindzero.warmup.retries", 1), ("mindzero.warmup.check_at", 5),
     ("mindzero.warmup.min_lead", 0.5), ("mindzero.warmup.min_distinct", 4),
-    ("trainer.explore_temperature", 2.0)])
+    ("mindzero.warmup.read_steps", 5), ("trainer.explore_temperature", 2.0)])
 def test_qa_refuses_what_it_cannot_use_in_one_line(field, value):
     with pytest.raises(ConfigError) as err:
         load_config(QA, [f"{field}={value}"])
