@@ -40,6 +40,10 @@ class HostEpisodes:
     start_cell: np.ndarray  # [E]
     length: np.ndarray  # [E]
     goal: np.ndarray  # [E, 2] (for evaluation only; never shown to the model)
+    # (states, trajectories) as NumPy trees, copied off the device on the first `state`
+    # call: indexing the device arrays leaf by leaf for every prompt and picture took about
+    # half of an image warm-up step (eager dispatch per leaf; issue 37)
+    host_trees: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.length)
@@ -64,11 +68,16 @@ class HostEpisodes:
             raise ValueError(f"timestep {t} outside 1..{int(self.length[e]) - 1} for episode {e}")
 
     def state(self, e: int, t: int):
-        """Episode e's EnvState before action index t (what a picture of it shows)."""
+        """Episode e's EnvState before action index t (what a picture of it shows), with
+        NumPy leaves."""
         from jaxtom.gridworld.simulation import state_at
         self.check_step(e, t)
+        if self.host_trees is None:
+            self.host_trees = jax.tree.map(np.asarray, (self.episodes.states,
+                                                        self.episodes.trajectories))
+        states, trajectories = self.host_trees
         one = lambda tree: jax.tree.map(lambda x: x[e], tree)  # noqa: E731
-        return state_at(one(self.episodes.states), one(self.episodes.trajectories), t)
+        return state_at(one(states), one(trajectories), t)
 
 
 def phase_start(view, e: int, t: int) -> int:
