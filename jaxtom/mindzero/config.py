@@ -18,6 +18,15 @@ from jaxtom.mindzero.reward import RewardConfig
 ORDERS = ("drawn", "descending", "either")  # warmup.order; warmup.evidence_order: "none" or these
 
 
+IMAGE_OBSERVATIONS = ("image", "image_short")
+
+
+def is_image(observation: str) -> bool:
+    """Whether `observation` shows a picture (a Qwen3-VL policy reads it,
+    `jaxtom.mindzero.image_observation`)."""
+    return observation in IMAGE_OBSERVATIONS
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSpec:
     max_steps: int = 50  # episode horizon (assistance data: 50)
@@ -27,7 +36,8 @@ class DataSpec:
     label_set: str = "all"  # all: random labels per episode; figure7: always the 8 colored
     # squares of Figure 7 (same words every episode), for models trained from scratch
     observation: str = "figure"  # figure | compact | compact_closing | compact_ranked | image
-    # (Figure 7 + the rendered grid: a Qwen3-VL policy, jaxtom.mindzero.vl_train)
+    # (Figure 7 + the rendered grid: a Qwen3-VL policy, jaxtom.mindzero.vl_train) |
+    # image_short (the grid and one line: for a VL model from scratch; goals task only)
     image_cell_size: int = 50  # px per grid cell of the image observation (paper: 50)
     # how the picture is drawn (`gridworld.render_rgb`): "figure", the paper's; "cells", flat
     # cells a vision tower trained from scratch can read (the CPU image default)
@@ -125,17 +135,21 @@ class MindZeroSection:
                 raise ConfigError(f"mindzero.{field}", expected, got)
 
         check(d.observation in ("figure", "compact", "compact_closing", "compact_ranked",
-                                "image"), "data.observation",
-              "'figure', 'compact', 'compact_closing', 'compact_ranked' or 'image'",
-              d.observation)
+                                *IMAGE_OBSERVATIONS), "data.observation",
+              "'figure', 'compact', 'compact_closing', 'compact_ranked', 'image' or "
+              "'image_short'", d.observation)
         check(d.image_cell_size >= 1, "data.image_cell_size", "a positive int",
               d.image_cell_size)
         check(d.image_style in ("figure", "cells"), "data.image_style", "'figure' or 'cells'",
               d.image_style)
-        check(d.image_style == "figure" or d.observation == "image", "data.image_style",
-              "'figure' unless data.observation='image' (a text observation draws no picture)",
+        check(d.image_style == "figure" or is_image(d.observation), "data.image_style",
+              "'figure' unless data.observation is 'image' or 'image_short' (a text "
+              "observation draws no picture)",
               d.image_style)
         check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
+        check(not (d.task == "qa" and d.observation == "image_short"), "data.observation",
+              "'image' for QA with pictures (image_short's line asks for goals)",
+              d.observation)
         check(not (d.task == "qa" and d.observation in ("compact_closing", "compact_ranked")),
               "data.observation",
               "'figure', 'compact' or 'image' for data.task='qa'", d.observation)
@@ -150,7 +164,7 @@ class MindZeroSection:
             check(getattr(d, name) >= 1, f"data.{name}", "a positive int", getattr(d, name))
         check(d.val_episodes >= 0, "data.val_episodes", "an int >= 0 (0: none)",
               d.val_episodes)
-        check(not d.val_episodes or (d.task == "goals" and d.observation != "image"),
+        check(not d.val_episodes or (d.task == "goals" and not is_image(d.observation)),
               "data.val_episodes", "0 for this task and observation (validation episodes "
               "exist for the text goal task)", d.val_episodes)
         check(d.keep in ("best", "last"), "data.keep", "'best' or 'last'", d.keep)
@@ -182,7 +196,7 @@ class MindZeroSection:
                 raise ConfigError("trainer.explore_temperature", "0 for mindzero.data.task="
                                   "'qa' (its answers have no probability digit to explore)",
                                   config.trainer.explore_temperature)
-        if d.observation == "image" and config.trainer.share_prompts:
+        if is_image(d.observation) and config.trainer.share_prompts:
             # image rollouts pack their own rows (each with its picture): no shared prompts
             raise ConfigError("trainer.share_prompts", "false with mindzero.data.observation="
                               "'image' (shared-prompt packing of per-row images is not built)",

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import jax
 
 from jaxtom import storage
+from jaxtom.mindzero.config import is_image
 from jaxtom.mindzero.model_io import save_model
 from jaxtom.mindzero.monitor import BestModel
 from jaxtom.mindzero.warmup import checked_warm_up, warmup_trainer_config
@@ -53,7 +54,7 @@ def task_prepare(config) -> Callable:
         from jaxtom.mindzero.household.train import prepare
     elif d.task in ("qa", "household_qa"):
         from jaxtom.mindzero.qa_train import prepare
-    elif d.observation == "image":
+    elif is_image(d.observation):
         from jaxtom.mindzero.vl_train import prepare
     else:
         from jaxtom.mindzero.trainer import prepare

@@ -30,6 +30,19 @@ def image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) ->
     return text.replace(IMAGE_TOKEN, IMAGE_PLACEHOLDER)
 
 
+def short_image_observation(view: HostEpisodes, e: int, t: int, num_particles: int) -> str:
+    """The picture and one line asking for `num_particles` goals (`observation=
+    "image_short"`): for a model trained from scratch, as the text default reads a compact
+    line instead of Figure 7. Figure 7's text is the same in every prompt of a run with the
+    Figure 7 label set (139 of a row's ~275 tokens on the CPU image default), so it costs
+    compute and tells such a model nothing; the answer format comes from the warm-up."""
+    view.check_step(e, t)
+    return f"{IMAGE_PLACEHOLDER}\nthe human's {int(num_particles)} most likely goals :"
+
+
+IMAGE_OBSERVATIONS = {"image": image_observation, "image_short": short_image_observation}
+
+
 def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50,
                       style: str = "figure") -> np.ndarray:
     """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell, with every

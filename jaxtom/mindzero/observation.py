@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxtom.gridworld.episodes import EpisodeSet
 from jaxtom.gridworld.text import assistance_prompt, object_label
+from jaxtom.mindzero.config import is_image
 
 
 @dataclasses.dataclass
@@ -201,9 +202,9 @@ OBSERVATIONS: dict[str, Callable[..., str]] = {"compact": compact_observation,
 
 
 def get_observation(name: str) -> Callable[..., str]:
-    if name == "image":  # the text of the image observation (jaxtom.mindzero.image_observation)
-        from jaxtom.mindzero.image_observation import image_observation
-        return image_observation
+    if is_image(name):  # the text of an image observation (jaxtom.mindzero.image_observation)
+        from jaxtom.mindzero.image_observation import IMAGE_OBSERVATIONS
+        return IMAGE_OBSERVATIONS[name]
     if name not in OBSERVATIONS:
         raise ValueError(f"unknown observation {name!r}; expected one of {sorted(OBSERVATIONS)}")
     return OBSERVATIONS[name]

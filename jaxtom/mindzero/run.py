@@ -28,7 +28,7 @@ from jaxtom.gridworld.episodes import layout_keys
 from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.assist import assist
 from jaxtom.config import Config
-from jaxtom.mindzero.config import MindZeroSection
+from jaxtom.mindzero.config import MindZeroSection, is_image
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.trainer import env_params, episode_params, load_model, make_episodes
 
@@ -100,10 +100,11 @@ def run_queries(cfg: Config, checkpoint: str | Path):
     """How `jaxtom eval` asks the model saved at `checkpoint`: `evaluate.TextQueries`, or
     `vl_eval.VLQueries` for a run on image observations (Qwen3-VL reading pictures)."""
     d = cfg.mindzero.data
-    if d.observation == "image":
+    if is_image(d.observation):
         from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
         model, codec = load_vl_model(cfg, checkpoint)
-        return VLQueries(model, codec, d.image_cell_size, d.image_style, d.num_particles)
+        return VLQueries(model, codec, d.image_cell_size, d.image_style, d.num_particles,
+                         d.observation)
     model, codec = load_model(cfg, checkpoint)
     return ev.TextQueries(model, codec, d.observation, d.num_particles)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxtom import flops, storage
-from jaxtom.mindzero.image_observation import image_observation, observation_image
+from jaxtom.mindzero.image_observation import IMAGE_OBSERVATIONS, observation_image
 from jaxtom.mindzero.policy import Codec, padded_rows
 from jaxtom.models import Qwen3VL
 from jaxtom.models.image_processing import preprocess_image
@@ -32,13 +32,15 @@ class VLQueries:
     cell_size: int
     style: str  # `mindzero.data.image_style`
     num_particles: int
+    observation: str = "image"  # `mindzero.data.observation`: the prompt's text
     patches: int = dataclasses.field(default=0, init=False)  # per picture, set by `ask`
 
     def prompt(self, view, e: int, t: int):
         """(token ids with the picture's tokens expanded, preprocessed picture)."""
         patches, grid = preprocess_image(observation_image(view, e, t, self.cell_size, self.style),
                                          self.model.config.vision)
-        ids = self.codec.prompt_ids(image_observation(view, e, t, self.num_particles))
+        text = IMAGE_OBSERVATIONS[self.observation](view, e, t, self.num_particles)
+        ids = self.codec.prompt_ids(text)
         return expand_image_tokens(ids, [tuple(grid)], self.model.config), (patches, grid)
 
     def ask(self, view, rows, *, key, temperature: float, max_new_tokens: int):

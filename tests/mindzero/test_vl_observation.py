@@ -27,6 +27,12 @@ def test_image_prompt_has_one_image_item_and_no_transcript(view):
     assert "<image>" not in text and len(text) < len(figure)
     # the request and the output instruction are Figure 7's
     assert figure.endswith(text.rsplit("\n", 1)[-1])
+    # image_short: the same picture slot and one line naming the number of goals
+    short = get_observation("image_short")(view, 0, 2, 3)
+    assert short.count(IMAGE_PAD) == 1 and short.startswith(IMAGE_PLACEHOLDER)
+    assert " 3 " in short and len(short) < len(text) / 10
+    with pytest.raises(ValueError, match="timestep"):
+        get_observation("image_short")(view, 0, 0, 3)
 
 
 def test_picture_is_the_grid_before_action_t(view):
@@ -69,5 +75,9 @@ def test_config_selects_and_checks_the_image_observation():
     # QA reads pictures too (Table 4a's setting); the closing-count line is the goal task's
     assert load_config("configs/mindzero_qa_tiny.py",
                        ["mindzero.data.observation=image"]).mindzero.data.observation == "image"
-    with pytest.raises(ConfigError, match="data.observation"):
-        load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=compact_closing"])
+    for bad in ("compact_closing", "image_short"):  # image_short's line asks for goals
+        with pytest.raises(ConfigError, match="data.observation"):
+            load_config("configs/mindzero_qa_tiny.py", [f"mindzero.data.observation={bad}"])
+    short = load_config(path, ["mindzero.data.observation=image_short",
+                               "mindzero.data.image_style=cells"])
+    assert short.mindzero.data.observation == "image_short" and not short.trainer.share_prompts
