@@ -60,7 +60,10 @@ def probe_config(steps: int, lr: float, seed: int, workdir: str, observation: st
         cfg, model=dataclasses.replace(TINY_MODEL, qk_norm=False, vocab_size=1024),
         trainer=dataclasses.replace(cfg.trainer, seed=seed, workdir=workdir, max_new_tokens=48),
         mindzero=dataclasses.replace(
-            mz, data=dataclasses.replace(mz.data, image_cell_size=32, observation=observation),
+            # the full runs' episode counts (benchmarks/README.md); the smoke config's 40 / 8
+            # gave a held-out set of eight episodes, too few to rank anything
+            mz, data=dataclasses.replace(mz.data, image_cell_size=32, observation=observation,
+                                         train_episodes=200, eval_episodes=40),
             warmup=dataclasses.replace(mz.warmup, steps=steps, batch_size=32,
                                        learning_rate=lr)))
 
