@@ -95,11 +95,11 @@ class WarmupSpec:
     # token: "descending" (the warm-up then already answers the evidence) or "either" (it
     # depends on the token but not which way: SSRL has to learn the direction).
     evidence_order: str = "none"
-    # > 0: the first this many warm-up steps teach only the observation's lead object's name
-    # (label-free, as the teachers' object1) before the teacher's answers: a from-scratch
-    # vision tower learns to read the lead off the picture from that short target, where the
-    # full answer's unpredictable tokens drowned it (goal tasks only; benchmarks/README.md,
-    # issue 37)
+    # > 0: the first this many warm-up steps teach only an answer's opening naming the
+    # observation's lead object (label-free, as the teachers' object1; `warmup.lead_opening`)
+    # before the teacher's answers: a from-scratch vision tower learns to read the lead off
+    # the picture from that short target, where the full answer's unpredictable tokens
+    # drowned it (goal tasks only; benchmarks/README.md, issue 37)
     read_steps: int = 0
 
 

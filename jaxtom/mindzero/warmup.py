@@ -17,6 +17,7 @@ from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero.data import PromptCache
 from jaxtom.mindzero.model_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes, approach_order
+from jaxtom.mindzero.particles import format_particles
 from jaxtom.mindzero.policy import Codec
 from jaxtom.rl import StepConfig
 from jaxtom.rl.trainer import Rollout, Trainer, completion_rows
@@ -64,9 +65,9 @@ class WarmupRollout:
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
-        if step < w.read_steps:  # the lead's name alone (`WarmupSpec.read_steps`)
+        if step < w.read_steps:  # the answer's opening, the lead (`WarmupSpec.read_steps`)
             return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec,
-                                   self.prompts, lambda e, t, rng: lead_name(self.view, e, t))
+                                   self.prompts, lambda e, t, rng: lead_opening(self.view, e, t))
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                lambda e, t, rng: data_lib.warmup_target(
                                    self.view, e, d.num_particles, rng, t, w.teacher,
@@ -76,6 +77,18 @@ class WarmupRollout:
 def lead_name(view: HostEpisodes, e: int, t: int) -> str:
     """The label of the observation's lead object (what the teachers write as object1)."""
     return view.labels[e][approach_order(view, e, t)[0]]
+
+
+def lead_opening(view: HostEpisodes, e: int, t: int) -> str:
+    """An answer's opening up to its first object1, naming the lead (the reading phase's
+    target). In the answer's own format, not the bare label: after a reading phase on bare
+    labels ("brown square"), 300 teacher steps left answers that wrote the label's words
+    inside the JSON ('"color":"brown"square"square...', no answer parsed; benchmarks/
+    README.md, issue 37)."""
+    order = approach_order(view, e, t)
+    full = format_particles([(order[0], order[1])], np.array([1.0]), view.labels[e],
+                            decimals=1)
+    return full[:full.index(',"object2"')]
 
 
 def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target) -> Rollout:
@@ -163,9 +176,10 @@ def checked_warm_up(config, model, run_dir: Path, monitor, mesh, *, tasks, rollo
     `trainer_config`, saved to `run_dir/warmup`; returns (model, monitor scores or None).
     Tasks that check their warm-up (goals, images, household: `rebuild` given) check it on
     the held-out `monitor` when `warmup.min_distinct`, `warmup.min_lead` or
-    `trainer.eval_every` ask for it; QA's (`rebuild` None) is not checked. A warm-up that fails its check starts again from a
-    fresh initialisation (`rebuild(config)` with model seed + k, under `warmup_train_k`) up
-    to `warmup.retries` times, then the run stops; with `warmup.check_at` an attempt is also
+    `trainer.eval_every` ask for it; QA's (`rebuild` None) is not checked. A warm-up that
+    fails its check starts again from a fresh initialisation (`rebuild(config)` with model
+    seed + k, under `warmup_train_k`) up to `warmup.retries` times, then the run stops;
+    with `warmup.check_at` an attempt is also
     checked at that step and abandoned there if it fails (`EarlyWarmupCheck`). Every
     attempt is step-based and resumable, so a rerun takes the same path."""
     w, wcfg = config.mindzero.warmup, trainer_config

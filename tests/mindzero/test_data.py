@@ -306,11 +306,12 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
 
 
 def test_read_steps_teach_the_lead_name_then_the_teacher(view):
-    """`warmup.read_steps`: the first steps' targets are the lead's name alone (the teachers'
-    object1, label-free), later ones the teacher's answers; the field is checked."""
+    """`warmup.read_steps`: the first steps' targets are an answer's opening naming the lead
+    (the teachers' object1, label-free), later ones the teacher's answers; the field is
+    checked."""
     from jaxtom.config import ConfigError
     from jaxtom.mindzero.experiments import tiny_config
-    from jaxtom.mindzero.warmup import WarmupRollout, lead_name
+    from jaxtom.mindzero.warmup import WarmupRollout, lead_name, lead_opening
 
     cfg = tiny_config()
     mz = cfg.mindzero
@@ -329,8 +330,10 @@ def test_read_steps_teach_the_lead_name_then_the_teacher(view):
         return [codec.decode([s for s, m in zip(seq, mask) if m]) for seq, mask in
                 zip(r.sequences, r.policy_masks)]
 
-    assert targets(1) == [lead_name(view, e, t) for e, t in records]
+    openings = targets(1)
+    assert openings == [lead_opening(view, e, t) for e, t in records]
     for (e, t), text in zip(records, targets(2)):
+        assert text.startswith(lead_opening(view, e, t))  # the same words, then the rest
         pairs = parse_particles(text, view.labels[e], num_particles=4).pairs
         assert pairs and view.labels[e][pairs[0][0]] == lead_name(view, e, t)
     for field, value in (("read_steps", 4), ("check_at", 2)):
