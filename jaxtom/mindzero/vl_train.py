@@ -43,6 +43,7 @@ from jaxtom.rl.trainer import global_rollout, sample_rows
 from jaxtom.rl.vl_batch import vl_rows
 
 PROBABILITY_MARKER = "0."
+ANSWER_CLOSE = "}]}"  # the end of a Figure 7 answer (`particles.format_particles`)
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks
 TINY_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
                    num_position_embeddings=64, deepstack_visual_indexes=(0, 1))
@@ -70,8 +71,12 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
         tok = train_bpe(text_trainer.corpus(config, views, rng), m.vocab_size)
         tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
         # a probability's "0." as one token, where `trainer.explore_temperature` explores
-        # (the text prompts' BPE merges it; the longer image prompts' BPE may not)
-        tok.backend.add_tokens([PROBABILITY_MARKER])
+        # (the text prompts' BPE merges it; the longer image prompts' BPE may not), and the
+        # answer's closing brackets as one, so the last probability's digit stays a token of
+        # its own: the short image prompts' BPE wrote "0.4}]}" as "0." + "4}]}", and the
+        # one-digit token exploration samples left answers that never closed (2 % parsed;
+        # benchmarks/README.md, issue 37)
+        tok.backend.add_tokens([PROBABILITY_MARKER, ANSWER_CLOSE])
         if jax.process_index() == 0:
             storage.save_tokenizer(path, tok.backend)
     else:
