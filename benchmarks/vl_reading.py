@@ -53,7 +53,8 @@ PALETTE = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
                     [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230]], np.uint8)
 
 
-def probe_config(steps: int, lr: float, seed: int, workdir: str, observation: str = "image"):
+def probe_config(steps: int, lr: float, seed: int, workdir: str, observation: str = "image",
+                 cell: int = 32):
     cfg = tiny_vl_config()
     mz = cfg.mindzero
     return dataclasses.replace(
@@ -62,7 +63,7 @@ def probe_config(steps: int, lr: float, seed: int, workdir: str, observation: st
         mindzero=dataclasses.replace(
             # the full runs' episode counts (benchmarks/README.md); the smoke config's 40 / 8
             # gave a held-out set of eight episodes, too few to rank anything
-            mz, data=dataclasses.replace(mz.data, image_cell_size=32, observation=observation,
+            mz, data=dataclasses.replace(mz.data, image_cell_size=cell, observation=observation,
                                          train_episodes=200, eval_episodes=40),
             warmup=dataclasses.replace(mz.warmup, steps=steps, batch_size=32,
                                        learning_rate=lr)))
@@ -96,9 +97,9 @@ def picture(kind: str, labels: list[str]):
 
 
 def run(kind: str, steps: int, lr: float, seed: int, evals: int,
-        observation: str = "image", pictures: int = 160) -> dict:
+        observation: str = "image", pictures: int = 160, cell: int = 32) -> dict:
     workdir = tempfile.mkdtemp(prefix=f"vl_reading_{kind}_")
-    cfg = probe_config(steps, lr, seed, workdir, observation)
+    cfg = probe_config(steps, lr, seed, workdir, observation, cell)
     train_eps, test_eps = text_trainer.make_episodes(cfg)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     labels = sorted({name for row in view.labels + test_view.labels for name in row})
@@ -159,14 +160,22 @@ def main():
     ap.add_argument("--pictures", type=int, default=160, help="held-out pictures scored")
     ap.add_argument("--observation", default="image", choices=("image", "image_short"),
                     help="the prompt's text: Figure 7's, or the picture and one line")
+    ap.add_argument("--patch", type=int, default=16,
+                    help="the tiny tower's patch size; 32 merges nothing (one patch per token)")
+    ap.add_argument("--cell", type=int, default=32,
+                    help="px per grid cell (32: one LLM token per cell; 16: one patch per cell)")
     args = ap.parse_args()
     kinds = args.kinds.split(",")
+    if args.patch != 16:  # one patch per LLM token: no 2x2 merge
+        vl_train.TINY_VISION = dict(vl_train.TINY_VISION, patch_size=args.patch,
+                                    spatial_merge_size=1)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise SystemExit(f"unknown kinds {unknown}; expected some of {KINDS}")
     figures = {k: run(k, args.steps, args.lr, args.seed, args.evals, args.observation,
-                      args.pictures) for k in kinds}
-    print(json.dumps({"steps": args.steps, "lr": args.lr, "seed": args.seed,
+                      args.pictures, args.cell) for k in kinds}
+    print(json.dumps({"steps": args.steps, "lr": args.lr, "seed": args.seed, "cell": args.cell,
+                      "patch": args.patch,
                       "observation": args.observation, **figures}))
 
 

@@ -94,7 +94,8 @@ def image_patches(config, vcfg) -> int:
 
     cell = config.mindzero.data.image_cell_size if config.kind == "mindzero" else 50
     g = EnvParams()
-    h, w = smart_resize(g.height * cell, g.width * cell, vcfg.patch_size * vcfg.spatial_merge_size)
+    h, w = smart_resize(g.height * cell, g.width * cell, vcfg.patch_size * vcfg.spatial_merge_size,
+                        vcfg.min_pixels, vcfg.max_pixels)
     return h * w // vcfg.patch_size ** 2
 
 

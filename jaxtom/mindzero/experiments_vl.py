@@ -33,7 +33,7 @@ def vl_paper_config(name: str, model_dir: str) -> Config:
 def tiny_vl_config() -> Config:
     """A CPU smoke run of the image path: a tiny random Qwen3-VL (2-block vision tower, the
     tiny decoder's text side) from scratch over a BPE of the image prompts' text, pictures at
-    16 px per cell (upscaled to 256x256 by the preprocessing: 64 image tokens), a short
+    16 px per cell (one patch per cell: 100 patches, 25 image tokens), a short
     format warm-up, then SSRL. It checks that everything runs, not that it learns. Two
     hypotheses from the `approached` teacher, sampled at 0.7 with duplicates merged: the text
     default's four listed hypotheses and ranked separators read the compact observation,

@@ -44,9 +44,13 @@ from jaxtom.rl.vl_batch import vl_rows
 
 PROBABILITY_MARKER = "0."
 ANSWER_CLOSE = "}]}"  # the end of a Figure 7 answer (`particles.format_particles`)
-# the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks
+# the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks; it
+# reads pictures at their own size (rounded to 32 px), not upscaled to Qwen3-VL's 256x256
+# floor: a 16 px cell is then one patch, and a 10x10 grid costs 100 patches and 25 tokens
+# instead of 256 and 64
 TINY_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
-                   num_position_embeddings=64, deepstack_visual_indexes=(0, 1))
+                   num_position_embeddings=64, deepstack_visual_indexes=(0, 1),
+                   min_pixels=32 * 32)
 
 
 def _mrope_section(head_dim: int) -> tuple[int, int, int]:

@@ -23,8 +23,10 @@ from jaxtom.models.vl_config import VisionConfig
 # Qwen3-VL's preprocessor_config.json
 IMAGE_MEAN = (0.5, 0.5, 0.5)
 IMAGE_STD = (0.5, 0.5, 0.5)
-MIN_PIXELS = 256 * 256  # size.shortest_edge (a pixel count, despite the name)
-MAX_PIXELS = 4096 * 4096  # size.longest_edge
+# size.shortest_edge and size.longest_edge (pixel counts, despite the names): VisionConfig's
+# defaults
+MIN_PIXELS = VisionConfig.min_pixels
+MAX_PIXELS = VisionConfig.max_pixels
 
 
 def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int = MIN_PIXELS,
@@ -61,9 +63,10 @@ def as_rgb_uint8(image) -> np.ndarray:
     return array
 
 
-def preprocess_image(image, cfg: VisionConfig, *, min_pixels: int = MIN_PIXELS,
-                     max_pixels: int = MAX_PIXELS) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """One image -> (flattened patches [h*w, patch_dim] float32, grid (1, h, w) in patches).
+def preprocess_image(image, cfg: VisionConfig, *, min_pixels: int | None = None,
+                     max_pixels: int | None = None) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """One image -> (flattened patches [h*w, patch_dim] float32, grid (1, h, w) in patches),
+    resized into [min_pixels, max_pixels] (default: the config's range).
 
     Patches come in merge-block order (block row, block col, row in block, col in block), the
     order the tower's 2x2 merger and the text's image tokens expect.
@@ -72,7 +75,9 @@ def preprocess_image(image, cfg: VisionConfig, *, min_pixels: int = MIN_PIXELS,
 
     rgb = as_rgb_uint8(image)
     m, p = cfg.spatial_merge_size, cfg.patch_size
-    height, width = smart_resize(rgb.shape[0], rgb.shape[1], p * m, min_pixels, max_pixels)
+    height, width = smart_resize(rgb.shape[0], rgb.shape[1], p * m,
+                                 cfg.min_pixels if min_pixels is None else min_pixels,
+                                 cfg.max_pixels if max_pixels is None else max_pixels)
     resized = np.asarray(Image.fromarray(rgb).resize((width, height), resample=Image.BICUBIC))
     pixels = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)
     mean = np.asarray(IMAGE_MEAN, np.float32)

@@ -38,17 +38,25 @@ class VisionConfig:
     rope_theta: float = 10000.0
     layer_norm_eps: float = 1e-6
     initializer_range: float = 0.02  # std of a random tower's weights (checkpoints: unused)
+    # the preprocessor's pixel-count range (Qwen3-VL's preprocessor_config.json `size`): a
+    # picture is resized into it, so it fixes how many patches and tokens a picture costs;
+    # part of the model's input contract, read by every `preprocess_image` call
+    min_pixels: int = 256 * 256
+    max_pixels: int = 4096 * 4096
 
     def __post_init__(self):
         for name in ("depth", "hidden_size", "intermediate_size", "num_heads", "out_hidden_size",
                      "num_position_embeddings", "in_channels", "patch_size",
-                     "temporal_patch_size", "spatial_merge_size"):
+                     "temporal_patch_size", "spatial_merge_size", "min_pixels", "max_pixels"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"VisionConfig.{name} must be a positive int, got {value!r}")
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 4:
             raise ValueError(f"VisionConfig.hidden_size ({self.hidden_size}) must be num_heads "
                              f"({self.num_heads}) x a head_dim divisible by 4 (2-D rotary)")
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"VisionConfig.min_pixels ({self.min_pixels}) exceeds max_pixels "
+                             f"({self.max_pixels})")
         side = math.isqrt(self.num_position_embeddings)
         if side * side != self.num_position_embeddings:
             raise ValueError("VisionConfig.num_position_embeddings must be a square, got "

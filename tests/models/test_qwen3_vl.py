@@ -1,5 +1,7 @@
 """Qwen3-VL against transformers: preprocessing, positions, logits, loading, saving."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -26,9 +28,12 @@ def test_preprocessing_matches_transformers_pil_processor():
 
     from jaxtom.models.vl_config import VisionConfig
 
-    proc = Qwen2VLImageProcessorPil(  # Qwen3-VL's preprocessor_config.json
-        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
-        image_std=[0.5] * 3, size={"shortest_edge": 65536, "longest_edge": 16777216})
+    def processor(min_pixels):  # Qwen3-VL's preprocessor_config.json at 65536
+        return Qwen2VLImageProcessorPil(
+            patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
+            image_std=[0.5] * 3, size={"shortest_edge": min_pixels, "longest_edge": 16777216})
+
+    proc = processor(65536)
     vc = VisionConfig(depth=1, hidden_size=32, intermediate_size=64, num_heads=4,
                       out_hidden_size=64, num_position_embeddings=2304,
                       deepstack_visual_indexes=())
@@ -41,6 +46,16 @@ def test_preprocessing_matches_transformers_pil_processor():
         assert ours.dtype == np.float32
         np.testing.assert_array_equal(ours, ref["pixel_values"])
     assert image_processing.num_image_tokens((1, 32, 32), vc) == 256
+    # the config's pixel range is the processor's `size`: a 1024-pixel floor keeps a
+    # 160x160 picture (16 px cells) at its size, one patch per cell, as transformers does
+    small = dataclasses.replace(vc, min_pixels=32 * 32)
+    image = gridworld_image(16)
+    ours, thw = image_processing.preprocess_image(image, small)
+    ref = processor(32 * 32)(images=[image], return_tensors="np")
+    assert thw == (1, 10, 10) == tuple(ref["image_grid_thw"][0])
+    np.testing.assert_array_equal(ours, ref["pixel_values"])
+    with pytest.raises(ValueError, match="min_pixels"):
+        dataclasses.replace(vc, min_pixels=2 ** 25)
 
 
 def test_rope_index_matches_transformers(tiny_vl):
