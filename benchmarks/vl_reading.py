@@ -12,6 +12,11 @@ per picture, with the pictures made progressively more like the real render:
   lead    the real render                                   (the warm-up's actual question)
   caption the real render; target: all eight objects in reading order (where things are)
   cells_lead, cells_caption   lead and caption on the flat-cell render (`style="cells"`)
+  cells_partner     the cells render; target: the lead's likeliest partner by the path
+                    (`approach_order`'s second object: label-free, what a warm-up teacher
+                    could teach); only pictures with a carried lead have evidence for it
+  recency_partner   the same target on the cells render with the path shaded by recency
+                    (light: long ago, dark: just now), so the picture shows its direction
 
 and scores greedy answers on held-out (episode, t) pictures (`--pictures`, 160; 48 before
 2026-12-06's stop 59): the share that equal the target, on all pictures and on those whose
@@ -20,6 +25,9 @@ commonest target) scores: leads cluster by episode, so that bar is far above 1/8
 
     python benchmarks/vl_reading.py --kinds solid,needle,marked,lead,caption --steps 300
     python benchmarks/vl_reading.py --kinds cells_lead --observation image_short
+    python benchmarks/vl_reading.py --kinds cells_partner,recency_partner \
+        --observation image_short
+    python benchmarks/vl_reading.py --kinds cells_lead --observation image_short --patch 32
 
 Prints one line per evaluation and ends with one JSON line of the final figures.
 """
@@ -45,9 +53,11 @@ from jaxtom.mindzero.experiments_vl import tiny_vl_config
 from jaxtom.mindzero.image_observation import observation_image
 from jaxtom.mindzero.observation import HostEpisodes, approach_order
 from jaxtom.mindzero.warmup import teacher_rollout, warmup_step_config, warmup_trainer_config
+from jaxtom.gridworld.render import TRACE_FILL
 from jaxtom.rl.trainer import Trainer
 
-KINDS = ("solid", "needle", "marked", "lead", "caption", "cells_lead", "cells_caption")
+KINDS = ("solid", "needle", "marked", "lead", "caption", "cells_lead", "cells_caption",
+         "cells_partner", "recency_partner")
 # one distinct colour per object label (sorted label order), for the synthetic pictures
 PALETTE = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
                     [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230]], np.uint8)
@@ -70,6 +80,8 @@ def probe_config(steps: int, lr: float, seed: int, workdir: str, observation: st
 
 
 def target(kind: str, view: HostEpisodes, e: int, t: int) -> str:
+    if kind.endswith("partner"):  # the lead's likeliest partner by the path (label-free)
+        return view.labels[e][approach_order(view, e, t)[1]]
     if kind.endswith("caption"):  # every object, row-major by its cell
         order = np.argsort(view.obj_cell[e, t], kind="stable")
         return ", ".join(view.labels[e][k] for k in order)
@@ -83,6 +95,8 @@ def picture(kind: str, labels: list[str]):
         return lambda view, e, t, cell, style=None: observation_image(view, e, t, cell)
     if kind.startswith("cells"):
         return lambda view, e, t, cell, style=None: observation_image(view, e, t, cell, "cells")
+    if kind == "recency_partner":
+        return recency_picture
 
     def render(view, e, t, cell, style=None):
         real = observation_image(view, e, t, cell)
@@ -94,6 +108,27 @@ def picture(kind: str, labels: list[str]):
         out[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = colour
         return out
     return render
+
+
+OLDEST, NEWEST = np.array([225, 245, 225]), np.array([0, 110, 0])
+
+
+def recency_picture(view, e, t, cell, style=None):
+    """The cells render with each path cell's inside shaded by when the human last stood
+    there (light: long ago, dark: just now), so the picture shows which way the path runs;
+    objects (a carried one too), walls and borders are left as drawn."""
+    drawn = observation_image(view, e, t, cell, "cells")
+    out = drawn.copy()
+    height, width = out.shape[0] // cell, out.shape[1] // cell
+    cells = np.asarray(view.human_cell[e])[: t + 1]
+    inset = cell // 4
+    for i, c in enumerate(cells):  # in visit order: a cell's last visit shades it
+        x, y = int(c) % width, int(c) // width
+        top, left = (height - 1 - y) * cell, x * cell
+        if np.array_equal(drawn[top + cell // 2, left + cell // 2], TRACE_FILL):
+            shade = OLDEST + (NEWEST - OLDEST) * (i + 1) / len(cells)
+            out[top + inset:top + cell - inset, left + inset:left + cell - inset] = shade
+    return out
 
 
 def run(kind: str, steps: int, lr: float, seed: int, evals: int,
