@@ -47,6 +47,7 @@ HUMAN = np.array((0, 205, 0), np.uint8)
 HELPER = np.array((235, 0, 0), np.uint8)
 TRACE = np.array((0, 120, 0), np.uint8)
 TRACE_FILL = np.array((175, 235, 175), np.uint8)  # the path so far, `style="cells"`
+MARK = np.array((0, 0, 0), np.uint8)  # `marks`, `style="cells"`: an inner border
 STYLES = ("figure", "cells")
 
 MIN_CELL_SIZE = 4
@@ -176,22 +177,29 @@ def _marker(pos, mask: np.ndarray, height: int, width: int, cell_size: int) -> j
     return _cell_layer(here, cell_size) & _tile(mask, height, width)
 
 
-def render_rgb(state, *, cell_size: int = 16, trace=None, style: str = "figure") -> jnp.ndarray:
+def render_rgb(state, *, cell_size: int = 16, trace=None, style: str = "figure",
+               marks=None) -> jnp.ndarray:
     """uint8 [H*cell_size, W*cell_size, 3] picture of one `EnvState` or `Observation`.
 
     `trace` (optional) marks cells the human stood on: a `Trajectory` (its positions before
     each valid step), a `(positions [T, 2], mask [T])` pair, or positions alone. `style`:
     "figure" (the paper's figures: shapes, a ring, dots) or "cells" (flat cells; see the
-    module docstring). Checks its input, then runs one jit-compiled kernel (static
-    `cell_size`); works inside `jit`, and `jax.vmap` it for batches.
+    module docstring). `marks` (cells style only; positions or a (positions, mask) pair like
+    `trace`): cells outlined by a black inner border, for evidence a caller draws in (the
+    image observation's ranked partner). Checks its input, then runs one jit-compiled kernel
+    (static `cell_size`); works inside `jit`, and `jax.vmap` it for batches.
     """
     stencils(cell_size)  # validates cell_size
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    if marks is not None and style != "cells":
+        raise ValueError(f"marks are drawn in style 'cells' only, got style {style!r}")
     _fields(state)
     if trace is not None:
         trace = _trace_arrays(trace)
-    return (_render if style == "figure" else _render_cells)(state, cell_size, trace)
+    if style == "figure":
+        return _render(state, cell_size, trace)
+    return _render_cells(state, cell_size, trace, None if marks is None else _trace_arrays(marks))
 
 
 def _visited(trace, height: int, width: int) -> jnp.ndarray:
@@ -200,7 +208,7 @@ def _visited(trace, height: int, width: int) -> jnp.ndarray:
 
 
 @functools.partial(jax.jit, static_argnums=(1,))
-def _render_cells(state, cell_size: int, trace) -> jnp.ndarray:
+def _render_cells(state, cell_size: int, trace, marks=None) -> jnp.ndarray:
     """`style="cells"`: per-cell colours first ([H, W, 3], row 0 = y 0), then pixels."""
     walls = jnp.asarray(_fields(state), bool)
     height, width = walls.shape
@@ -220,6 +228,10 @@ def _render_cells(state, cell_size: int, trace) -> jnp.ndarray:
     image = _cell_layer(fill, cell_size)
     grid = _tile(masks["grid"], height, width).at[-1, :].set(True).at[:, -1].set(True)
     image = jnp.where(grid[..., None], GRID_LINE, image)
+    if marks is not None:
+        ring = _cell_layer(_visited(marks, height, width), cell_size) & _tile(
+            masks["helper_border"], height, width)
+        image = jnp.where(ring[..., None], MARK, image)
     for pos, mask, colour in ((state.helper_pos, "helper_border", HELPER),
                               (state.human_pos, "human_border", HUMAN)):
         border = _marker(jnp.asarray(pos), masks[mask], height, width, cell_size)
@@ -301,4 +313,4 @@ def save_gif(frames, path: str | os.PathLike, duration_ms: int = 250) -> str:
 
 
 __all__ = ["render_rgb", "save_png", "save_gif", "stencils", "STYLES", "PALETTE", "WALL",
-           "HUMAN", "HELPER", "TRACE", "TRACE_FILL", "GRID_LINE", "BACKGROUND"]
+           "HUMAN", "HELPER", "TRACE", "TRACE_FILL", "GRID_LINE", "BACKGROUND", "MARK"]

@@ -19,6 +19,7 @@ ORDERS = ("drawn", "descending", "either")  # warmup.order; warmup.evidence_orde
 
 
 IMAGE_OBSERVATIONS = ("image", "image_short")
+IMAGE_STYLES = ("figure", "cells", "cells_ranked")  # data.image_style (image_observation)
 
 
 def is_image(observation: str) -> bool:
@@ -40,7 +41,8 @@ class DataSpec:
     # image_short (the grid and one line: for a VL model from scratch; goals task only)
     image_cell_size: int = 50  # px per grid cell of the image observation (paper: 50)
     # how the picture is drawn (`gridworld.render_rgb`): "figure", the paper's; "cells", flat
-    # cells a vision tower trained from scratch can read (the CPU image default)
+    # cells a vision tower trained from scratch can read; "cells_ranked", the cells with the
+    # partner the path has ranked ahead outlined (the picture's compact_ranked; CPU default)
     image_style: str = "figure"
     num_particles: int = 2
     stride: int = 1  # every stride-th timestep of an episode
@@ -140,8 +142,8 @@ class MindZeroSection:
               "'image_short'", d.observation)
         check(d.image_cell_size >= 1, "data.image_cell_size", "a positive int",
               d.image_cell_size)
-        check(d.image_style in ("figure", "cells"), "data.image_style", "'figure' or 'cells'",
-              d.image_style)
+        check(d.image_style in IMAGE_STYLES, "data.image_style",
+              "'figure', 'cells' or 'cells_ranked'", d.image_style)
         check(d.image_style == "figure" or is_image(d.observation), "data.image_style",
               "'figure' unless data.observation is 'image' or 'image_short' (a text "
               "observation draws no picture)",
@@ -153,6 +155,9 @@ class MindZeroSection:
         check(not (d.task == "qa" and d.observation in ("compact_closing", "compact_ranked")),
               "data.observation",
               "'figure', 'compact' or 'image' for data.task='qa'", d.observation)
+        check(not (d.task == "qa" and d.image_style == "cells_ranked"), "data.image_style",
+              "'figure' or 'cells' for data.task='qa' (as QA reads no compact_ranked)",
+              d.image_style)
         check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
         check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",
               d.label_set)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from jaxtom.gridworld.text import IMAGE_TOKEN, assistance_prompt
-from jaxtom.mindzero.observation import HostEpisodes
+from jaxtom.mindzero.config import IMAGE_STYLES
+from jaxtom.mindzero.observation import HostEpisodes, approach_order, partner_ranks
 from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
 
 
@@ -43,15 +44,35 @@ def short_image_observation(view: HostEpisodes, e: int, t: int, num_particles: i
 IMAGE_OBSERVATIONS = {"image": image_observation, "image_short": short_image_observation}
 
 
+def ranked_partner(view: HostEpisodes, e: int, t: int) -> int:
+    """The object the human's path has ranked ahead as the carried lead's partner (the
+    `compact_ranked` observation's `>` after its first listed partner), or -1 where the path
+    has not separated the partners (or nothing is carried). Observed states only."""
+    order = approach_order(view, e, t)
+    return order[1] if partner_ranks(view, e, t, order)[1:2] == [">"] else -1
+
+
 def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50,
                       style: str = "figure") -> np.ndarray:
     """uint8 [H, W, 3]: the grid before action index t, `cell_size` px per cell, with every
     cell the human stood on before actions 0..t marked (its trajectory so far), drawn in
-    `style` (`gridworld.render_rgb`: the paper's "figure" or flat "cells"). The trace is the
-    episode's whole row of cells under a mask, so every step renders with one program."""
+    `style`: the paper's "figure" or flat "cells" (`gridworld.render_rgb`), or
+    "cells_ranked", the cells with `ranked_partner`'s object outlined. That outline is the
+    picture's `compact_ranked`: a from-scratch tower did not learn to read the partner from
+    the direction of the path within the CPU budget (benchmarks/README.md, issue 37), and
+    the text default reads this evidence as one token too. The trace is the episode's whole
+    row of cells under a mask, so every step renders with one program."""
     from jaxtom.gridworld import render_rgb
+    if style not in IMAGE_STYLES:
+        raise ValueError(f"image style must be one of {IMAGE_STYLES}, got {style!r}")
     state = view.state(e, t)
     width = int(np.shape(state.layout.walls)[1])
     cells = np.asarray(view.human_cell[e])
     trace = (np.stack([cells % width, cells // width], axis=1), np.arange(len(cells)) <= t)
-    return np.asarray(render_rgb(state, cell_size=cell_size, trace=trace, style=style))
+    marks = None
+    if style == "cells_ranked":
+        partner = ranked_partner(view, e, t)
+        marks = (np.asarray(state.obj_pos)[max(partner, 0)][None], np.array([partner >= 0]))
+    return np.asarray(render_rgb(state, cell_size=cell_size, trace=trace,
+                                 style="figure" if style == "figure" else "cells",
+                                 marks=marks))

@@ -8,8 +8,8 @@ from PIL import Image
 from jaxtom.gridworld import env, render
 from jaxtom.gridworld.layout import parse_ascii
 from jaxtom.gridworld.render import (
-    BACKGROUND, GRID_LINE, HELPER, HUMAN, PALETTE, TRACE, TRACE_FILL, WALL, render_rgb, save_gif,
-    save_png, stencils,
+    BACKGROUND, GRID_LINE, HELPER, HUMAN, MARK, PALETTE, TRACE, TRACE_FILL, WALL, render_rgb,
+    save_gif, save_png, stencils,
 )
 from jaxtom.gridworld.types import COLORS, SHAPES, EnvParams, observe
 
@@ -144,6 +144,16 @@ def test_cells_style_one_flat_colour_per_fact(scene):
     assert (cell_pixels(image, 1, 3, 5)[inside] == WALL).all()
     with pytest.raises(ValueError, match="style must be one of"):
         render_rgb(scene, cell_size=CS, style="bold")
+    # marks: a black inner border on valid marked cells only; the rest of the picture as is
+    marked = render_rgb(carrying, cell_size=CS, trace=trace, style="cells",
+                        marks=(jnp.array([[3, 3], [2, 2]]), jnp.array([True, False])))
+    ring = masks["helper_border"]
+    assert (cell_pixels(marked, 3, 3, 5)[ring] == MARK).all()
+    assert (cell_pixels(marked, 3, 3, 5)[inside & ~ring] == yellow[inside & ~ring]).all()
+    changed = (np.asarray(marked) != np.asarray(image)).any(-1)
+    assert changed.sum() == ring.sum() and changed.sum() > 0
+    with pytest.raises(ValueError, match="marks are drawn in style 'cells' only"):
+        render_rgb(scene, cell_size=CS, marks=jnp.array([[3, 3]]))
 
 
 def test_jit_traces_once_and_vmap_matches(states):

@@ -2,6 +2,8 @@
 the rendered grid as the picture (500x500 px at 50 px per cell -> 256 image tokens), and the
 config switch that selects it."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -81,3 +83,39 @@ def test_config_selects_and_checks_the_image_observation():
     short = load_config(path, ["mindzero.data.observation=image_short",
                                "mindzero.data.image_style=cells"])
     assert short.mindzero.data.observation == "image_short" and not short.trainer.share_prompts
+
+
+def test_cells_ranked_outlines_the_partner_the_path_ranked_ahead():
+    """style "cells_ranked": the `cells` picture plus a black inner border on the object
+    `compact_ranked` writes `>` after (the lead carried and the path separating its first
+    listed partner from the second), and on nothing where it writes `|`."""
+    from jaxtom.gridworld.render import MARK, stencils
+    from jaxtom.mindzero.data import timestep_records
+    from jaxtom.mindzero.image_observation import ranked_partner
+    from jaxtom.mindzero.observation import approach_order, compact_observation
+    view = HostEpisodes.from_episodes(generate_episodes(jax.random.key(5), EnvParams(), 6))
+    records = timestep_records(view, 1)
+    ranked = [(e, t) for e, t in records if ranked_partner(view, e, t) >= 0]
+    plain = [(e, t) for e, t in records if ranked_partner(view, e, t) < 0]
+    assert ranked and plain
+    cs, ring = 20, stencils(20)["helper_border"]
+    for e, t in ranked[:3] + plain[:3]:
+        separators = re.split(r" ([|>]) ", compact_observation(view, e, t, 2, closing=True,
+                                                                ranked=True))[1::2]
+        partner = ranked_partner(view, e, t)
+        assert (separators[2] == ">") == (partner >= 0)  # [n=, lead, first partner, ...]
+        cells = observation_image(view, e, t, cs, "cells")
+        drawn = observation_image(view, e, t, cs, "cells_ranked")
+        changed = (cells != drawn).any(-1)
+        if partner < 0:
+            assert not changed.any()
+            continue
+        assert partner == approach_order(view, e, t)[1]
+        x, y = (int(v) for v in np.asarray(view.state(e, t).obj_pos)[partner])
+        rows = slice((10 - 1 - y) * cs, (10 - y) * cs)
+        block = drawn[rows, x * cs:(x + 1) * cs]
+        assert (block[ring] == MARK).all() and changed.sum() == ring.sum()
+    from jaxtom.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match="data.image_style"):
+        load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=image",
+                                                     "mindzero.data.image_style=cells_ranked"])
