@@ -103,6 +103,11 @@ class WarmupSpec:
     # the picture from that short target, where the full answer's unpredictable tokens
     # drowned it (goal tasks only; benchmarks/README.md, issue 37)
     read_steps: int = 0
+    # After the reading phase, this share of each warm-up batch's rows keeps the reading
+    # target (the opening naming the lead, without an end token, so it teaches no early
+    # stop): a reading loss beside the answers, whose unreadable tokens (partners, random
+    # probabilities) otherwise wash the reading out (issue 37, benchmarks/README.md)
+    read_share: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +195,10 @@ class MindZeroSection:
               w.learning_rate)
         check(isinstance(w.read_steps, int) and 0 <= w.read_steps < max(w.steps, 1),
               "warmup.read_steps", "an int >= 0 below warmup.steps", w.read_steps)
+        check(0.0 <= w.read_share < 1.0, "warmup.read_share", "a share in [0, 1)",
+              w.read_share)
+        check(not (w.read_share and not w.read_steps), "warmup.read_share",
+              "0 without a reading phase (warmup.read_steps)", w.read_share)
         check(not (w.read_steps and 0 < w.check_at <= w.read_steps), "warmup.check_at",
               "0 or past warmup.read_steps (the check reads answers, not names)", w.check_at)
         if d.task == "qa":  # its warm-up (random letters) has no held-out check to act on

@@ -68,10 +68,14 @@ class WarmupRollout:
         if step < w.read_steps:  # the answer's opening, the lead (`WarmupSpec.read_steps`)
             return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec,
                                    self.prompts, lambda e, t, rng: lead_opening(self.view, e, t))
+
+        def target(e, t, rng):
+            if w.read_share and rng.random() < w.read_share:  # `WarmupSpec.read_share`
+                return self.codec.tokenizer.encode(lead_opening(self.view, e, t))
+            return self.codec.completion_ids(data_lib.warmup_target(
+                self.view, e, d.num_particles, rng, t, w.teacher, w.order, w.evidence_order))
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
-                               lambda e, t, rng: data_lib.warmup_target(
-                                   self.view, e, d.num_particles, rng, t, w.teacher,
-                                   w.order, w.evidence_order))
+                               target, encoded=True)
 
 
 def lead_name(view: HostEpisodes, e: int, t: int) -> str:
@@ -91,15 +95,18 @@ def lead_opening(view: HostEpisodes, e: int, t: int) -> str:
     return full[:full.index(',"object2"')]
 
 
-def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target) -> Rollout:
+def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target,
+                    encoded: bool = False) -> Rollout:
     """A warm-up batch: `prompt(e, t)` ids with the teacher's `target(e, t, rng)` text as a
-    supervised completion (advantage 1), rng = `default_rng([seed, step, row])`."""
+    supervised completion (advantage 1), rng = `default_rng([seed, step, row])`; `encoded`:
+    the target returns token ids, its own end token included or not."""
     prompts, targets = [], []
     for task in tasks:
         e, t = int(task["episode"]), int(task["t"])
         rng = np.random.default_rng([seed, step, int(task["row"])])
         prompts.append(prompt(e, t))
-        targets.append(codec.completion_ids(target(e, t, rng)))
+        ids = target(e, t, rng)
+        targets.append(ids if encoded else codec.completion_ids(ids))
     seqs, masks = completion_rows(prompts, targets)
     return Rollout(seqs, masks, [1.0] * len(seqs), [int(t["row"]) for t in tasks],
                    count=len(seqs),

@@ -336,7 +336,18 @@ def test_read_steps_teach_the_lead_name_then_the_teacher(view):
         assert text.startswith(lead_opening(view, e, t))  # the same words, then the rest
         pairs = parse_particles(text, view.labels[e], num_particles=4).pairs
         assert pairs and view.labels[e][pairs[0][0]] == lead_name(view, e, t)
-    for field, value in (("read_steps", 4), ("check_at", 2)):
+    # read_share: after the reading phase some rows keep the opening, with no end token
+    shared = dataclasses.replace(cfg, mindzero=dataclasses.replace(
+        cfg.mindzero, warmup=dataclasses.replace(cfg.mindzero.warmup, read_share=0.5)))
+    many = [{"episode": e, "t": t, "row": i} for i, (e, t) in enumerate(records * 4)]
+    r = WarmupRollout(shared, codec, view)(None, many, None, 3)
+    kept = [[s for s, m in zip(seq, mask) if m] for seq, mask in zip(r.sequences,
+                                                                      r.policy_masks)]
+    reading = [ids for ids in kept if ids[-1] not in codec.eos_ids]
+    assert 0 < len(reading) < len(kept)  # both kinds of row, about half each
+    assert all(codec.decode(ids) == lead_opening(view, e, t) for ids, (e, t) in
+               zip(kept, records * 4) if ids in reading)
+    for field, value in (("read_steps", 4), ("check_at", 2), ("read_share", 1.0)):
         bad = dataclasses.replace(cfg, mindzero=dataclasses.replace(
             cfg.mindzero, warmup=dataclasses.replace(cfg.mindzero.warmup, **{field: value})))
         with pytest.raises(ConfigError, match=f"warmup.{field}"):
