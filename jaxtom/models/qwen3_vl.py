@@ -204,8 +204,9 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
     too). `images[b]` are PIL images or uint8 [H, W, 3] arrays, or (patches, grid) pairs with
     `preprocessed=True`. `seq_len`/`num_patches`/`num_images` pad to fixed sizes (buckets).
 
-    Identical images (equal pixels) are encoded once and their tokens shared: the rows of a
-    GRPO group, which repeat one prompt, cost the vision tower one image, not one per row.
+    Identical images (equal pixels; for preprocessed pairs, the same patches array) are
+    encoded once and their tokens shared: the rows of a GRPO group, which repeat one prompt,
+    cost the vision tower one image, not one per row.
     """
     B = len(prompts)
     images = list(images) or [[] for _ in range(B)]
@@ -217,9 +218,12 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
         slots, grids = [], []
         for im in imgs:
             pixels = im[0] if preprocessed else as_rgb_uint8(im)
-            key = (pixels.shape, tuple(im[1]) if preprocessed else None,
-                   hashlib.blake2b(np.ascontiguousarray(pixels).tobytes(),
-                                   digest_size=16).digest())
+            # preprocessed pictures are shared as objects (a group's rows hold one picture's
+            # patches): hashing their float32 patches cost a VL warm-up step more than
+            # rendering and preprocessing its pictures (benchmarks/README.md, issue 37)
+            key = (("object", id(im[0]), tuple(im[1])) if preprocessed else
+                   (pixels.shape, hashlib.blake2b(np.ascontiguousarray(pixels).tobytes(),
+                                                  digest_size=16).digest()))
             if key not in seen:
                 seen[key] = len(flat)
                 flat.append(im if preprocessed else preprocess_image(pixels, cfg.vision))
