@@ -70,10 +70,11 @@ class WarmupRollout:
                                    self.prompts, lambda e, t, rng: lead_opening(self.view, e, t))
 
         def target(e, t, rng):
-            if w.read_share and rng.random() < w.read_share:  # `WarmupSpec.read_share`
-                return self.codec.tokenizer.encode(lead_opening(self.view, e, t))
-            return self.codec.completion_ids(data_lib.warmup_target(
+            reading = bool(w.read_share) and rng.random() < w.read_share
+            ids = self.codec.completion_ids(data_lib.warmup_target(
                 self.view, e, d.num_particles, rng, t, w.teacher, w.order, w.evidence_order))
+            return opening_ids(self.codec, ids, lead_opening(self.view, e, t)) if reading \
+                else ids
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                target, encoded=True)
 
@@ -93,6 +94,19 @@ def lead_opening(view: HostEpisodes, e: int, t: int) -> str:
     full = format_particles([(order[0], order[1])], np.array([1.0]), view.labels[e],
                             decimals=1)
     return full[:full.index(',"object2"')]
+
+
+def opening_ids(codec: Codec, ids: list[int], opening: str) -> list[int]:
+    """The first tokens of the answer `ids` that spell `opening` (a `read_share` row): cut
+    from the answer's own tokens, not encoded apart, since the BPE merges the opening's
+    last characters with what follows ('"}' + ',"'), and a row ending in a token the answers
+    never use taught answers that did not parse (benchmarks/README.md, issue 37)."""
+    for k in range(1, len(ids) + 1):
+        if len(codec.decode(ids[:k])) >= len(opening):
+            if not codec.decode(ids[:k]).startswith(opening):
+                raise ValueError(f"the answer does not open with {opening!r}")
+            return ids[:k]
+    raise ValueError(f"the answer is shorter than its opening {opening!r}")
 
 
 def teacher_rollout(tasks, step: int, seed: int, codec: Codec, prompt, target,
