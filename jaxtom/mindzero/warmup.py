@@ -17,6 +17,7 @@ from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero.data import PromptCache
 from jaxtom.mindzero.model_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes, approach_order
+from jaxtom.mindzero.image_observation import ranked_partner
 from jaxtom.mindzero.particles import format_particles
 from jaxtom.mindzero.policy import Codec
 from jaxtom.rl import StepConfig
@@ -62,6 +63,10 @@ class WarmupRollout:
     def __init__(self, config, codec: Codec, view: HostEpisodes):
         self.config, self.codec, self.view = config, codec, view
         self.prompts = PromptCache(config, codec, view)
+        # the picture outlines the ranked partner and the teacher's first pair names it:
+        # `read_share` rows then read it too (`lead_opening(with_partner=True)`)
+        self.marks_partner = (config.mindzero.data.image_style == "cells_ranked"
+                              and config.mindzero.warmup.teacher == "listed")
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup
@@ -73,8 +78,11 @@ class WarmupRollout:
             reading = bool(w.read_share) and rng.random() < w.read_share
             ids = self.codec.completion_ids(data_lib.warmup_target(
                 self.view, e, d.num_particles, rng, t, w.teacher, w.order, w.evidence_order))
-            return opening_ids(self.codec, ids, lead_opening(self.view, e, t)) if reading \
-                else ids
+            if not reading:
+                return ids
+            return opening_ids(self.codec, ids, lead_opening(
+                self.view, e, t, with_partner=self.marks_partner
+                and ranked_partner(self.view, e, t) >= 0))
         return teacher_rollout(tasks, step, self.config.trainer.seed, self.codec, self.prompts,
                                target, encoded=True)
 
@@ -84,16 +92,17 @@ def lead_name(view: HostEpisodes, e: int, t: int) -> str:
     return view.labels[e][approach_order(view, e, t)[0]]
 
 
-def lead_opening(view: HostEpisodes, e: int, t: int) -> str:
+def lead_opening(view: HostEpisodes, e: int, t: int, with_partner: bool = False) -> str:
     """An answer's opening up to its first object1, naming the lead (the reading phase's
-    target). In the answer's own format, not the bare label: after a reading phase on bare
-    labels ("brown square"), 300 teacher steps left answers that wrote the label's words
-    inside the JSON ('"color":"brown"square"square...', no answer parsed; benchmarks/
-    README.md, issue 37)."""
+    target), or up to its first object2 (`with_partner`: the listed first partner, where
+    the picture outlines it). In the answer's own format, not the bare label: after a
+    reading phase on bare labels ("brown square"), 300 teacher steps left answers that wrote
+    the label's words inside the JSON ('"color":"brown"square"square...', no answer parsed;
+    benchmarks/README.md, issue 37)."""
     order = approach_order(view, e, t)
     full = format_particles([(order[0], order[1])], np.array([1.0]), view.labels[e],
                             decimals=1)
-    return full[:full.index(',"object2"')]
+    return full[:full.index(',"p"' if with_partner else ',"object2"')]
 
 
 def opening_ids(codec: Codec, ids: list[int], opening: str) -> list[int]:

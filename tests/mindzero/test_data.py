@@ -352,6 +352,23 @@ def test_read_steps_teach_the_lead_name_then_the_teacher(view):
             answer = codec.completion_ids(data_lib.warmup_target(
                 view, e, 4, np.random.default_rng(1), t, "listed"))
             assert ids == answer[:len(ids)]  # the answers' own tokens
+    # where the picture outlines the ranked partner (cells_ranked), reading rows name it too
+    from jaxtom.mindzero.image_observation import ranked_partner
+    marked = dataclasses.replace(shared, mindzero=dataclasses.replace(
+        shared.mindzero, data=dataclasses.replace(shared.mindzero.data,
+                                                  image_style="cells_ranked")))
+    every = data_lib.timestep_records(view, 1)
+    ranked = [(e, t) for e, t in every if ranked_partner(view, e, t) >= 0][:8]
+    assert ranked
+    rows = [{"episode": e, "t": t, "row": i} for i, (e, t) in enumerate(ranked * 4)]
+    r = WarmupRollout(marked, codec, view)(None, rows, None, 3)
+    texts = [codec.decode([s for s, m in zip(seq, mask) if m]) for seq, mask in
+             zip(r.sequences, r.policy_masks)]
+    read = [(text, e, t) for text, (e, t) in zip(texts, ranked * 4)
+            if not text.endswith("}]}")]
+    assert read and all(text.startswith(lead_opening(view, e, t, with_partner=True))
+                        and view.labels[e][ranked_partner(view, e, t)].split()[0] in
+                        text[len(lead_opening(view, e, t)):] for text, e, t in read)
     for field, value in (("read_steps", 4), ("check_at", 2), ("read_share", 1.0)):
         bad = dataclasses.replace(cfg, mindzero=dataclasses.replace(
             cfg.mindzero, warmup=dataclasses.replace(cfg.mindzero.warmup, **{field: value})))
