@@ -44,6 +44,7 @@ from jaxtom.rl.vl_batch import vl_rows
 
 PROBABILITY_MARKER = "0."
 ANSWER_CLOSE = "}]}"  # the end of a Figure 7 answer (`particles.format_particles`)
+PARTICLE_SEPARATOR = "},{"  # between two of its hypotheses
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks; it
 # reads pictures at their own size (rounded to 32 px), not upscaled to Qwen3-VL's 256x256
 # floor: a 16 px cell is then one patch, and a 10x10 grid costs 100 patches and 25 tokens
@@ -79,8 +80,9 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
         # answer's closing brackets as one, so the last probability's digit stays a token of
         # its own: the short image prompts' BPE wrote "0.4}]}" as "0." + "4}]}", and the
         # one-digit token exploration samples left answers that never closed (2 % parsed;
-        # benchmarks/README.md, issue 37)
-        tok.backend.add_tokens([PROBABILITY_MARKER, ANSWER_CLOSE])
+        # benchmarks/README.md, issue 37); the same for the separator between hypotheses
+        # ("0.4},{" + the next opening was one token: with four hypotheses no sample parsed)
+        tok.backend.add_tokens([PROBABILITY_MARKER, ANSWER_CLOSE, PARTICLE_SEPARATOR])
         if jax.process_index() == 0:
             storage.save_tokenizer(path, tok.backend)
     else:

@@ -126,15 +126,26 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
         raise Stop
 
     monkeypatch.setattr(driver, "checked_warm_up", checked)
-    cfg = load_config(VL, [f"trainer.workdir='{tmp_path}'", "model.vocab_size=320",
-                           "mindzero.warmup.retries=2", "mindzero.warmup.min_lead=0.5"])
+    cfg = load_config(VL, [f"trainer.workdir='{tmp_path}'", "model.vocab_size=1024",
+                           "mindzero.warmup.retries=2", "mindzero.warmup.min_lead=0.5",
+                           "mindzero.data.observation=image_short",
+                           "mindzero.data.image_style=cells", "mindzero.data.num_particles=4"])
     with pytest.raises(Stop):
         driver.train(cfg, progress=False)
     assert isinstance(seen["rollout"], vl_train.VLWarmupRollout)
     assert seen["config"].mindzero.warmup.retries == 2
     assert isinstance(seen["rebuild"](seen["config"]), Qwen3VL)
-    markers, digits = seen["rollout"].codec.probability_markers
+    codec = seen["rollout"].codec
+    markers, digits = codec.probability_markers
     assert markers and len(digits) == 10
+    # every hypothesis's digit is a token of its own, as exploration samples it (the BPE had
+    # merged a digit with the next hypothesis's opening or with the answer's end)
+    from jaxtom.mindzero.particles import format_particles
+    ids = codec.tokenizer.encode(format_particles(
+        [(0, 1), (0, 2), (0, 3)], [0.4, 0.3, 0.3], HostEpisodes.from_episodes(few).labels[0],
+        decimals=1))
+    after = [codec.decode([ids[i + 1]]) for i, x in enumerate(ids[:-1]) if x in markers]
+    assert after == ["4", "3", "3"]
 
 
 @pytest.mark.parametrize("field, value", [
