@@ -15,6 +15,7 @@ import dataclasses
 
 from jaxtom.mindzero.reward import RewardConfig
 
+TEACHERS = ("random", "approached", "listed", "lead", "pictured")  # mindzero.data
 ORDERS = ("drawn", "descending", "either")  # warmup.order; warmup.evidence_order: "none" or these
 
 
@@ -65,7 +66,7 @@ class WarmupSpec:
     steps: int = 0  # 0: no format warm-up
     batch_size: int = 32
     learning_rate: float = 3e-3
-    teacher: str = "random"  # random | approached | listed | lead (see jaxtom.mindzero.data)
+    teacher: str = "random"  # random | approached | listed | lead | pictured (mindzero.data)
     # The checks below act on every task whose warm-up is checked (goals, image goals,
     # household: `trainer.checked_warm_up`); QA refuses them, the household refuses min_lead.
     # After the warm-up, the held-out monitor's greedy completions must number at least this
@@ -218,8 +219,8 @@ class MindZeroSection:
         check(w.order in ORDERS, "warmup.order", " or ".join(map(repr, ORDERS)), w.order)
         check(w.evidence_order in ("none",) + ORDERS[1:], "warmup.evidence_order",
               " or ".join(map(repr, ("none",) + ORDERS[1:])), w.evidence_order)
-        check(w.teacher in ("random", "approached", "listed", "lead"), "warmup.teacher",
-              "'random', 'approached', 'listed' or 'lead'", w.teacher)
+        check(w.teacher in TEACHERS, "warmup.teacher", " or ".join(map(repr, TEACHERS)),
+              w.teacher)
         check(r.duplicates in ("reject", "merge"), "reward.duplicates", "'reject' or 'merge'",
               r.duplicates)
         check(r.likelihood_floor == RewardConfig.likelihood_floor, "reward.likelihood_floor",

@@ -18,7 +18,12 @@ gave a much better-calibrated warm-up on seed 0 and a failed copy on seed 1
 lead with any object the nearest-first rule allows as its partner, uniformly: it teaches the
 format and where the lead sits, but nothing about which partner, which `approached` does by
 drawing from the three the observation lists first; so all of the partner choice, which is
-what moves the helper, is left to SSRL, as it is for the paper's base model.
+what moves the helper, is left to SSRL, as it is for the paper's base model. A fifth,
+`pictured`, is `listed` in an order a picture shows (`pictured_partners`): the partner the
+path has ranked ahead first (the one `cells_ranked` outlines), then the rest in label order.
+The listed order's nearest-first rule needs path distances from the human's start, which a
+from-scratch vision tower does not read: its answers named the lead or an earlier partner
+again in 86 % of samples (benchmarks/README.md, issue 37).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 
 from jaxtom.mindzero.observation import (HostEpisodes, approach_order, get_observation,
                                          partner_ranks)
-from jaxtom.mindzero.config import ORDERS
+from jaxtom.mindzero.config import ORDERS, TEACHERS
 from jaxtom.mindzero.particles import format_particles
 
 
@@ -55,12 +60,21 @@ def timestep_dataset(view: HostEpisodes, *, batch_size: int, seed: int, observat
     return ds.map(to_example).batch(batch_size, drop_remainder=True)
 
 
-TEACHERS = ("random", "approached", "listed", "lead")
 
 
 def _ordered(a: int, b: int, start: np.ndarray) -> bool:
     """(a, b) follows the nearest-first rule: a nearer the human's start (ties: lower id)."""
     return start[a] < start[b] or (start[a] == start[b] and a < b)
+
+
+def pictured_partners(view: HostEpisodes, e: int, t: int, order: list[int]) -> list[int]:
+    """The lead's (`order[0]`) partners as the `pictured` teacher lists them: the partner the
+    path has ranked ahead (`partner_ranks` writes `>` after it; the `cells_ranked` picture
+    outlines it) first where there is one, then every other object in label order, which
+    does not change from step to step or depend on distances the picture does not show."""
+    labels = view.labels[e]
+    ranked = order[1:2] if partner_ranks(view, e, t, order)[1:2] == [">"] else []
+    return ranked + sorted((k for k in order[1:] if k not in ranked), key=lambda k: labels[k])
 
 
 def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.Generator,
@@ -86,6 +100,8 @@ def warmup_pairs(view: HostEpisodes, e: int, num_particles: int, rng: np.random.
         elif teacher == "lead":  # any partner the nearest-first rule allows, uniformly
             later = [b for b in order[1:] if _ordered(order[0], b, start)]
             rng.shuffle(later)
+        elif teacher == "pictured":  # the outlined partner, then label order
+            later = pictured_partners(view, e, t, order)[:num_particles]
         else:  # listed: hypothesis k pairs the lead with the (k+1)-th listed object
             later = order[1:1 + num_particles]
         chosen = [(order[0], b) for b in later][:num_particles]

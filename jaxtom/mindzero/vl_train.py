@@ -45,6 +45,12 @@ from jaxtom.rl.vl_batch import vl_rows
 PROBABILITY_MARKER = "0."
 ANSWER_CLOSE = "}]}"  # the end of a Figure 7 answer (`particles.format_particles`)
 PARTICLE_SEPARATOR = "},{"  # between two of its hypotheses
+# the rest of a hypothesis's fixed text, one token each: the BPE's pre-tokenizer splits at
+# every quote, so it spent 24 tokens on a hypothesis whose only choices are 2 colours, 2
+# shapes and a digit (11 tokens with these): every sampled and trained answer was twice as
+# long as its content (benchmarks/README.md, issue 37)
+ANSWER_PIECES = ('{"particles":[', '{"object1":{"color":"', '"object1":{"color":"',
+                 '","shape":"', '"},"object2":{"color":"', '"},"p":')
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks; it
 # reads pictures at their own size (rounded to 32 px), not upscaled to Qwen3-VL's 256x256
 # floor: a 16 px cell is then one patch, and a 10x10 grid costs 100 patches and 25 tokens
@@ -82,7 +88,8 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
         # one-digit token exploration samples left answers that never closed (2 % parsed;
         # benchmarks/README.md, issue 37); the same for the separator between hypotheses
         # ("0.4},{" + the next opening was one token: with four hypotheses no sample parsed)
-        tok.backend.add_tokens([PROBABILITY_MARKER, ANSWER_CLOSE, PARTICLE_SEPARATOR])
+        tok.backend.add_tokens([PROBABILITY_MARKER, ANSWER_CLOSE, PARTICLE_SEPARATOR,
+                                *ANSWER_PIECES])
         if jax.process_index() == 0:
             storage.save_tokenizer(path, tok.backend)
     else:

@@ -66,7 +66,7 @@ class WarmupRollout:
         # the picture outlines the ranked partner and the teacher's first pair names it:
         # `read_share` rows then read it too (`lead_opening(with_partner=True)`)
         self.marks_partner = (config.mindzero.data.image_style == "cells_ranked"
-                              and config.mindzero.warmup.teacher == "listed")
+                              and config.mindzero.warmup.teacher in ("listed", "pictured"))
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         d, w = self.config.mindzero.data, self.config.mindzero.warmup

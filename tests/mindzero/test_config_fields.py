@@ -141,11 +141,19 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
     # every hypothesis's digit is a token of its own, as exploration samples it (the BPE had
     # merged a digit with the next hypothesis's opening or with the answer's end)
     from jaxtom.mindzero.particles import format_particles
-    ids = codec.tokenizer.encode(format_particles(
+    answer = format_particles(
         [(0, 1), (0, 2), (0, 3)], [0.4, 0.3, 0.3], HostEpisodes.from_episodes(few).labels[0],
-        decimals=1))
+        decimals=1)
+    ids = codec.tokenizer.encode(answer)
     after = [codec.decode([ids[i + 1]]) for i, x in enumerate(ids[:-1]) if x in markers]
     assert after == ["4", "3", "3"]
+    # the answer's fixed text is one token per piece: a hypothesis costs its 4 label words,
+    # the 5 pieces around them, "0.", its digit and the separator or the close (24 tokens
+    # before the pieces)
+    words = sum(len(codec.tokenizer.encode(w)) for w in answer.replace('"', " ").split()
+                if w.isalpha() and w not in ("color", "shape", "object", "p", "particles"))
+    assert len(ids) == 1 + 3 * (5 + 3) + words, [codec.decode([i]) for i in ids]
+    assert codec.decode(ids) == answer
 
 
 @pytest.mark.parametrize("field, value", [

@@ -6,7 +6,7 @@ import pytest
 
 from jaxtom.mindzero import data as data_lib, parse_particles
 from jaxtom.mindzero.observation import (
-    HostEpisodes, approach_order, compact_observation, get_observation, phase_start,
+    HostEpisodes, approach_order, compact_observation, get_observation, partner_ranks, phase_start,
 )
 from jaxtom.mindzero.policy import Codec, train_bpe
 
@@ -174,14 +174,30 @@ def test_bpe_codec_round_trip(view):
 
 
 def test_listed_teacher_pairs_the_lead_with_the_next_listed_objects_in_order(view):
+    """`listed` copies the observation's order; `pictured` names the ranked-ahead partner
+    first where there is one, then the others in label order (blind to the goal too)."""
     blind = dataclasses.replace(view, goal=np.zeros_like(view.goal))
+    ranked_seen = 0
     for e in range(len(view)):
+        labels = view.labels[e]
         for t in range(1, int(view.length[e]), 3):
-            pairs = data_lib.warmup_pairs(view, e, 2, np.random.default_rng(t), t, "listed")
             order = approach_order(view, e, t)
-            assert pairs == [(order[0], order[1]), (order[0], order[2])]
-            assert pairs == data_lib.warmup_pairs(blind, e, 2, np.random.default_rng(t), t,
-                                                  "listed")
+            for teacher in ("listed", "pictured"):
+                pairs = data_lib.warmup_pairs(view, e, 3, np.random.default_rng(t), t, teacher)
+                assert pairs == data_lib.warmup_pairs(blind, e, 3, np.random.default_rng(t), t,
+                                                      teacher)
+                assert [a for a, _ in pairs] == [order[0]] * 3
+                if teacher == "listed":
+                    assert pairs == [(order[0], order[1]), (order[0], order[2]),
+                                     (order[0], order[3])]
+                    continue
+                partners = [b for _, b in pairs]
+                ranked = partner_ranks(view, e, t, order)[1:2] == [">"]
+                ranked_seen += ranked
+                rest = sorted((k for k in order[1:] if not (ranked and k == order[1])),
+                              key=lambda k: labels[k])
+                assert partners == ([order[1]] if ranked else []) + rest[:3 - ranked]
+    assert ranked_seen > 0  # the ranked-ahead branch ran
 
 
 def test_lead_teacher_pairs_the_lead_with_any_allowed_partner_blind_to_the_goal(view):
