@@ -25,12 +25,15 @@ from jaxtom.rl.trainer import Rollout, Trainer, completion_rows
 
 
 def warmup_step_config(config) -> StepConfig:
-    """The warm-up's optimiser: supervised (no KL, no weight decay), the SSRL step otherwise."""
+    """The warm-up's optimiser: supervised (no KL, no weight decay), the SSRL step otherwise.
+    It trains the whole model: `step.freeze_vision` holds the vision tower during SSRL only,
+    since the warm-up is where a from-scratch tower learns to read the picture (frozen
+    there, it would stay at its random initialisation)."""
     w = config.mindzero.warmup
     return dataclasses.replace(
         config.step, learning_rate=w.learning_rate, kl_coef=0.0, weight_decay=0.0,
         total_steps=max(w.steps, 1), warmup_steps=min(10, w.steps), lambda_entropy=0.0,
-        end_lr_ratio=0.0, reference="none")
+        end_lr_ratio=0.0, reference="none", freeze_vision=False)
 
 
 def warmup_trainer_config(config):

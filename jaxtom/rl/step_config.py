@@ -60,8 +60,9 @@ class StepConfig:
     # bf16 (param_dtype) weights: add each update with Kahan compensation (see below)
     compensated_updates: bool = False
     lora: bool = False  # train only the LoRA adapters (the model must carry them)
-    # a vision-language policy's vision tower (parameters under `visual`) stays as loaded;
-    # False trains it, as the public MindZero config does
+    # a vision-language policy's vision tower (parameters under `visual`) stays as loaded
+    # (MindZero: during SSRL; its format warm-up trains the whole model); False trains it,
+    # as the public MindZero config does
     freeze_vision: bool = False
     reference: str = "auto"  # frozen_copy | lora_disabled | batch | none | auto
 

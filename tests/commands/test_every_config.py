@@ -55,7 +55,7 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
     if name == "toy_cpu":
         return out
     tiny = name in ("mindzero_gridworld_tiny", "mindzero_qa_tiny",
-                    "mindzero_gridworld_qwen3vl_tiny",
+                    "mindzero_gridworld_qwen3vl_tiny", "mindzero_gridworld_qwen3vl_cpu",
                     "mindzero_household_tiny",
                     "mindzero_household_qa_tiny", "ctom_tiny")  # own BPE + random init
     if not tiny:  # Qwen3-VL configs (image observations) get a Qwen3-VL stand-in
@@ -69,6 +69,8 @@ def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
                     "model.vocab_size=320"]
         if name == "mindzero_gridworld_tiny":
             out.append("mindzero.data.val_episodes=2")
+        if name == "mindzero_gridworld_qwen3vl_cpu":  # its reading phase, within 2 steps
+            out.append("mindzero.warmup.read_steps=1")
         if name.startswith("mindzero_household") and not tiny:
             # the paper's reward model is a server; here the frozen stand-in scores (no HTTP)
             out += ["mindzero.household.scorer=reference", "mindzero.warmup.steps=2"]

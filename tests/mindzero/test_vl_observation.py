@@ -73,7 +73,11 @@ def test_config_selects_and_checks_the_image_observation():
     cfg = load_config(path)
     assert cfg.mindzero.data.observation == "image" and cfg.mindzero.data.image_cell_size == 16
     assert not cfg.step.freeze_vision  # the vision tower trains unless frozen
-    assert load_config(path, ["step.freeze_vision=true"]).step.freeze_vision
+    frozen = load_config(path, ["step.freeze_vision=true"])
+    assert frozen.step.freeze_vision
+    # ... during SSRL: the format warm-up is where a from-scratch tower learns to read
+    from jaxtom.mindzero.warmup import warmup_step_config
+    assert not warmup_step_config(frozen).freeze_vision
     # QA reads pictures too (Table 4a's setting); the closing-count line is the goal task's
     assert load_config("configs/mindzero_qa_tiny.py",
                        ["mindzero.data.observation=image"]).mindzero.data.observation == "image"
