@@ -7,11 +7,12 @@ with the trained model and with its warm-up, and dissects them:
   * per round and slot, how often the first draft and the shown list hold the needed item
     (CToM), or the shown list alone (direct mode: Naive GRPO / Prompting Base);
   * every prediction of a reply to a draft, by what it says: an acceptance (right only when
-    the draft needs nothing), or a need: whether its item is right for its slot, is the one
-    its cue calls for, whether the cue is one of the task's, whether the draft got that slot
-    wrong (the revision can gain) or right (it can only keep or lose it), and whether it is
+    the draft needs nothing), or a need naming items: for each item, whether it is right for
+    its slot, is the one the cue before it calls for, whether that cue is one of the task's,
+    whether the draft got that slot wrong (the revision can gain) or right (it can only keep
+    or lose it); whether the prediction names every need the draft misses, and whether it is
     the reply the user would give (`packing.user_reply`);
-  * revisions: how often the next draft takes in the predicted item, and the slots gained.
+  * revisions: how often the next draft takes in every predicted item, and the slots gained.
 
     python benchmarks/ctom_loop.py RUN_DIR [--mode ctom|direct] [OVERRIDES ...]
 
@@ -24,6 +25,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import re
 
 import jax
 import numpy as np
@@ -46,7 +48,8 @@ def slots_right(text: str | None, task) -> np.ndarray:
 
 
 def prediction_kinds(draft: str, prediction: str, task) -> list[str]:
-    """The counters one prediction of the reply to `draft` adds to."""
+    """The counters one prediction of the reply to `draft` adds to: per prediction, what it
+    is; per item it names (a need names several), what that item does for the draft."""
     right = slots_right(draft, task)
     truth = PK.user_reply(task, draft)
     out = ["predictions", "is the user's reply"] if prediction.strip() == truth else [
@@ -58,19 +61,28 @@ def prediction_kinds(draft: str, prediction: str, task) -> list[str]:
         else:
             out.append("no item")
         return out
-    slot = PK.ITEM_SLOT[named[0]]
-    cue = next(iter(PK.cues_in(prediction).values()), None)
-    out.append("names an item")
-    if named[0] == PK.required(task)[PK.SLOT_NAMES.index(slot)]:
-        out.append("item right for its slot")
-    if cue in PK.cues_in(task.prompt).values():
-        out.append("cue is the task's")
-    if cue is not None and PK.CUE_ITEM.get(cue) == named[0]:
-        out.append("item is its cue's")
-    wrong = not right[PK.SLOT_NAMES.index(slot)]
-    out.append("slot wrong in the draft" if wrong else "slot already right")
-    if wrong and "item right for its slot" in out:
-        out.append("useful: fixes a wrong slot")
+    out.append("names items")
+    fixes = set()
+    task_cues = set(PK.cues_in(task.prompt).values())
+    words = re.findall(r"[a-z]+", prediction.lower())  # packing.items_in's reading
+    for item in named:
+        slot = PK.SLOT_NAMES.index(PK.ITEM_SLOT[item])
+        at = words.index(item)
+        cue = words[at - 1] if at and words[at - 1] in PK.CUE_SLOT else None
+        out.append("named items")
+        good = item == PK.required(task)[slot]
+        if good:
+            out.append("item right for its slot")
+        if cue in task_cues:
+            out.append("cue is the task's")
+        if cue is not None and PK.CUE_ITEM.get(cue) == item:
+            out.append("item is its cue's")
+        out.append("slot already right" if right[slot] else "slot wrong in the draft")
+        if good and not right[slot]:
+            out.append("useful: fixes a wrong slot")
+            fixes.add(slot)
+    if fixes == set(np.flatnonzero(~right)):
+        out.append("names every need the draft misses")
     return out
 
 
@@ -94,9 +106,9 @@ def dissect(convs, mode: str) -> dict:
                     named = PK.items_in(pred)
                     counts["revisions"] += 1
                     if named:
-                        counts["revisions after a named item"] += 1
-                        counts["revision takes the item in"] += named[0] in PK.items_in(
-                            r.drafts[k + 1])
+                        counts["revisions after named items"] += 1
+                        counts["revision takes every item in"] += set(named) <= set(
+                            PK.items_in(r.drafts[k + 1]))
                     counts["slots gained by revisions"] += int(
                         slots_right(r.drafts[k + 1], c.task).sum()
                         - slots_right(draft, c.task).sum())

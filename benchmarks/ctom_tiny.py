@@ -10,8 +10,8 @@ table, and the paired comparisons the issue asks for, ending with one JSON line:
   * task score: CToM vs Naive GRPO and vs Prompting Base, the difference of means with a
     task-clustered SE of the per-task differences (eq. 10; the same held-out tasks per seed);
   * user replies (over conversations with a reply, Table 2) and the share of conversations
-    that needed a reply at all (with N = 2 rounds the former is 1 by construction): CToM vs
-    CToM w/o prediction;
+    that needed a reply at all (one visible round and its reply: the former is 1 by
+    construction): CToM vs CToM w/o prediction;
   * held-out reply-prediction NLL: the drop from the warm-up, CToM vs w/o prediction, paired
     over the same (context, reply) pairs (checked by fingerprint), clustered by task;
   * lexical F1 of predicted vs real replies: CToM trained vs its warm-up.

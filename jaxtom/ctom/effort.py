@@ -27,11 +27,13 @@ DOMAINS: dict[str, DomainSettings] = {
     "coding": DomainSettings("coding", 6, 2000, 600, 1024, 384, 1024, 5632),
     "writing": DomainSettings("writing", 6, 2000, 900, 1536, 256, 1536, 7168),
     # this project's CPU task (jaxtom.ctom.packing), sized for its tiny BPE: a list is four
-    # slot names and items plus its closing tag, a reply about five; the budgets are about a whole
-    # conversation's visible tokens (eq. 3 counts totals); the baseline cap is the CToM
-    # round's combined caps. Two rounds: with three, the user's two replies named the two
-    # slots a direct model did not know, and it needed no model of the user (README)
-    "packing": DomainSettings("packing", 2, 48, 24, 10, 8, 10, 10 + 3 * (8 + 10) + 8),
+    # slot names and items plus its closing tag, a reply at most ten; the budgets are about a
+    # whole conversation's visible tokens (eq. 3 counts totals); the baseline cap is the CToM
+    # round's combined caps. One visible round, whose reply the user still writes
+    # (`ControllerConfig.final_reply`): with more, a direct model copied the items the
+    # user's reply named and needed no model of the user (packing's docstring)
+    "packing": DomainSettings("packing", 1, 48, 24, 10, 12, 10, 10 + 2 * (12 + 10) + 12,
+                              max_revisions=2),
 }
 
 ALPHA, BETA = 0.5, 0.4

@@ -90,9 +90,9 @@ def qwen3_8b_settings(domain: str) -> CToMSettings:
 
 def tiny_config() -> Config:
     """The CPU default (`configs/ctom_tiny.py`): the packing domain with a tiny decoder trained
-    from scratch, a format warm-up (the label-free teacher's conversations, plus rows predicting
-    the user's replies to its drafts: `ctom.warmup.reply_rows`), then GRPO with the eta-capped
-    prediction NLL."""
+    from scratch, a format warm-up (the label-free teacher's conversations), then GRPO with the
+    eta-capped prediction NLL. One visible round whose reply the user still writes
+    (`final_reply`), two hidden revisions."""
     return Config(
         model=ModelSection(path="", family="qwen3", vocab_size=768, hidden_size=96,
                            intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
@@ -102,14 +102,15 @@ def tiny_config() -> Config:
                         end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/ctom_tiny", total_steps=60, prompts_per_step=8,
                               # rows hold the longest rounds with room to spare: a direct
-                              # round at the equal budget (72-token answers) reaches 262
-                              # tokens with ctom.controller.max_rounds=3 (test_packing)
+                              # round at the equal budget (66-token answers) reaches 332
+                              # tokens with ctom.controller.max_rounds=4 (test_packing)
                               group_size=8, max_new_tokens=8, row_len=384, temperature=1.0,
                               checkpoint_every=20, progress=True),
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",
-            controller=dict(max_rounds=2, max_revisions=3, plan_cap=4, ask_cap=8, draft_cap=10,
-                            revision_cap=10, prediction_cap=8, categorical=False),
+            controller=dict(max_rounds=1, final_reply=True, max_revisions=2, plan_cap=4,
+                            ask_cap=8, draft_cap=10, revision_cap=10, prediction_cap=12,
+                            categorical=False),
             pred_rows=96, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,
             sampler_min_slots=256),
     )

@@ -2,14 +2,24 @@
 
 A user asks for a packing list for a trip described by four cues (place, weather, activity,
 company). Each cue calls for one item that only the user knows they need (`required`); the
-assistant answers with four items, one per cue. The user reads a shown list and names the
-first needed item it lacks with the cue that calls for it ("for mountain i also need boots .");
-a list with every needed item ends the conversation (as the paper's math user is not asked
-again once satisfied: `controller._solves`), so user replies count only the lists that missed.
-Which item a cue calls for is never stated: an assistant learns it from the user's replies,
-either as a reward (Naive GRPO) or, in CToM, also as supervised targets for its predictions of
-those replies. The simulated user reads only the visible conversation, and the task score is
-the share of slots the submitted list gets right, whoever wrote it.
+assistant answers with four items, one per cue, in one visible message. The user reads a shown
+list; one that lacks any needed item gets the user's whole need in reply, every item after the
+cue that calls for it ("i need mountain boots cold coat reading book dog leash ."), and one
+with every needed item is accepted. The reply comes too late to act on (the CPU default has one
+visible round; the controller's `final_reply` fetches it): an assistant gets the list right
+either because it learned each cue's item from the reward (Naive GRPO), or because, in CToM,
+it predicts what the user would say to a hidden draft (a skill the user's real and
+counterfactual replies supervise) and revises before showing. The simulated user reads only
+the visible conversation, and the task score is the share of slots the submitted list gets
+right, whoever wrote it.
+
+Why the whole need and one visible round (benchmarks/README.md, "CToM CPU default"): when the
+user named only the first missing item, a prediction had to find the draft's first wrong slot
+to be of use (half of the trained model's named one already right), and with a second visible
+round a direct model copied the named item into its next list. When the user named every
+missing item, GRPO taught the predictions to name the right items for every slot (what helps
+a revision) while the prediction NLL pulled them toward naming only the missing ones: CToM w/o
+prediction beat CToM. The whole need is at once what the user says and what helps a revision.
 
 Tasks are generated from a seed (`make_tasks`): which item each cue calls for is fixed (the
 table below), the cue combinations are drawn, and held-out tasks are combinations never
@@ -53,14 +63,13 @@ CUE_SLOT = {cue: s for s, pairs in SLOTS.items() for cue, _ in pairs}
 
 ACCEPT = "ok , that is all ."
 PROMPT = "trip : {place} {weather} {activity} {company} ."  # short: every row repeats it
-# A need names its reason first, as a person would ("for mountain ..."): the item a reply
-# names then follows the cue word that calls for it, so a model that predicts replies learns
-# each cue's item from the words next to it (measured, benchmarks/README.md "CToM CPU default")
-NEED = "for {cue} i also need {item} ."
-QUESTION_ANSWER = "for {cue} i need {item} ."
+# Each need names its reason first ("mountain boots"): the item a reply names then follows
+# the cue word that calls for it, so a model that predicts replies learns each cue's item from
+# the words next to it (measured, benchmarks/README.md "CToM CPU default")
+NEED = "i need {needs} ."
 DROP = "i do not need {item} ."
 # the user's and the teacher's stock phrases: whole tokens of the CPU default's BPE
-PHRASES = ("i also need", "i do not need", "i need", ACCEPT, "i will draft .", "i will commit .")
+PHRASES = ("i do not need", "i need", ACCEPT, "i will draft .", "i will commit .")
 
 
 def labelled(slots: dict[str, str]) -> str:
@@ -110,26 +119,25 @@ def score(submission: str | None, task: Task) -> float:
     return sum(got.get(slot) == item for slot, item in need.items()) / len(SLOT_NAMES)
 
 
-def user_reply(task: Task, last_assistant: str, *, asked: bool = False) -> str:
+def user_reply(task: Task, last_assistant: str) -> str:
     """The simulated user's reply to the last visible assistant message.
 
-    A question (contains "?" and no list) is answered with the first needed item the
-    assistant has not written yet; a list gets the first needed item it lacks, else the first
+    A question (contains "?" and no list), or a list that lacks any needed item, gets the
+    whole need (every needed item, in slot order); a list with all of them gets the first
     item it should drop, else the acceptance."""
     listed = items_in(last_assistant)
     need = required(task)
-    missing = [i for i in need if i not in listed]
-    if asked or ("?" in last_assistant and not listed):
-        return need_phrase(QUESTION_ANSWER, missing[0]) if missing else ACCEPT
-    if missing:
-        return need_phrase(NEED, missing[0])
+    if any(i not in listed for i in need):
+        return need_phrase(need)
     extra = [i for i in listed if i not in need]
     return DROP.format(item=extra[0]) if extra else ACCEPT
 
 
-def need_phrase(template: str, item: str) -> str:
-    """`template` (NEED or QUESTION_ANSWER) for `item`, with the cue that calls for it."""
-    return template.format(cue=ITEM_CUE[item], item=item)
+def need_phrase(items: Sequence[str]) -> str:
+    """NEED for `items`, each after the cue that calls for it."""
+    if not items:
+        raise ValueError("a need names at least one item")
+    return NEED.format(needs=" ".join(f"{ITEM_CUE[i]} {i}" for i in items))
 
 
 def make_task(task_id: str, cues: Sequence[str]) -> Task:

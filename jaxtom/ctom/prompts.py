@@ -190,7 +190,7 @@ PACKING_BASELINE_SYSTEM = "answer directly ."
 PACKING_SIMULATOR = r"""/no_think
 You are a human packing for this trip: {problem}
 The items you need, one per cue: {hidden_information}
-Read the conversation. If the assistant's last list lacks an item you need, name the first one it lacks after the trip word that calls for it ("for CUE i also need ITEM ."); if it lists an item you do not need, say so ("i do not need ITEM ."); otherwise reply "ok , that is all .". Answer a question with the first item you need that it has not listed ("for CUE i need ITEM ."). If the last message starts with I WANT TO ANSWER:, reply [[TERMINATE CHAT]].
+Read the conversation. If the assistant's last message lacks any item you need (a question lacks them all), name every item you need, in cue order, each after the trip word that calls for it ("i need CUE ITEM CUE ITEM CUE ITEM CUE ITEM ."); if it lists every item you need and one you do not, say so ("i do not need ITEM ."); otherwise reply "ok , that is all .". If the last message starts with I WANT TO ANSWER:, reply [[TERMINATE CHAT]].
 Conversation:
 {chat_history}
 Respond in JSON: {"response": "..."}"""

@@ -7,9 +7,9 @@ teaches is the protocol, not the task:
     is a guess, later lists keep the last shown list and take in every item the user named;
   * CToM mode: plan, decision (COMMIT once the user accepted a shown list, else DRAFT; a fully
     right list ends the conversation before the user could accept it), a draft,
-    a prediction of the reply that is a guess (an acceptance, or a random item for a slot the
-    user has not settled, after that slot's cue copied from the request, as the user words a
-    need), and each revision puts the predicted item into its slot;
+    a prediction of the reply that is a guess (an acceptance, or a random item for every slot
+    the user has not settled, each after that slot's cue copied from the request, as the user
+    words a need), and each revision puts every predicted item into its slot;
   * direct mode (Prompting Base / Naive GRPO): the list, or `I WANT TO ANSWER:` and the last
     shown list once the user accepted it.
 So a model warmed up on it writes the format, revises as its predictions say and uses real
@@ -75,14 +75,10 @@ class PackingTeacher:
         for slot in packing.SLOT_NAMES:
             slots.setdefault(slot, self._random_item(slot))
         for reply in replies:
-            named = packing.items_in(reply)
-            if not named:
-                continue
-            slot = packing.ITEM_SLOT[named[0]]
-            if "do not need" in reply:
-                slots[slot] = self._random_item(slot, avoid=named[0])
-            else:
-                slots[slot] = named[0]
+            for item in packing.items_in(reply):
+                slot = packing.ITEM_SLOT[item]
+                dropped = "do not need" in reply
+                slots[slot] = self._random_item(slot, avoid=item) if dropped else item
         return slots
 
     def __call__(self, context: str, kind: str) -> str:
@@ -105,9 +101,8 @@ class PackingTeacher:
             if not drafts:  # d(0): from the visible conversation
                 return as_list(self._base_list(replies, shown)) + P.DRAFT_END
             slots = by_slot(packing.items_in(drafts[-1]))
-            named = packing.items_in(predictions[-1]) if predictions else []
-            if named:
-                slots[packing.ITEM_SLOT[named[0]]] = named[0]
+            for item in packing.items_in(predictions[-1]) if predictions else []:
+                slots[packing.ITEM_SLOT[item]] = item
             for slot in packing.SLOT_NAMES:
                 slots.setdefault(slot, self._random_item(slot))
             return as_list(slots) + P.DRAFT_END
@@ -120,8 +115,8 @@ class PackingTeacher:
             open_slots = [s for s in packing.SLOT_NAMES if s not in confirmed]
             if not open_slots:
                 return packing.ACCEPT + P.PREDICTION_END
-            slot = open_slots[self.rng.integers(len(open_slots))]
-            item = self._random_item(slot, avoid=slots.get(slot))
-            cue = packing.cues_in(request).get(slot, "")
-            return packing.NEED.format(cue=cue, item=item) + P.PREDICTION_END
+            cues = packing.cues_in(request)
+            needs = " ".join(f"{cues.get(s, '')} {self._random_item(s, avoid=slots.get(s))}"
+                             for s in open_slots)
+            return packing.NEED.format(needs=needs) + P.PREDICTION_END
         raise ValueError(f"unknown phase kind {kind!r}")

@@ -3,8 +3,8 @@
 `prepare(config, mesh)` gives the policy a `jaxtom train` / `jaxtom eval` run starts from when
 `model.path` is "": a byte-level BPE trained on the label-free teacher's transcripts (tags,
 items and cues as whole tokens, Qwen3 chat turns), a random decoder, and the format warm-up:
-supervised on the teacher's conversations in both prompts (CToM and direct) and on the
-user's replies to its drafts (`reply_rows`), so that the
+supervised on the teacher's conversations in both prompts (CToM and direct; optionally on
+the user's replies to its drafts, `reply_rows`, off by default), so that the
 untrained-by-RL model is Prompting Base in direct mode and the starting point of CToM,
 Naive GRPO and the ablations alike. All of it is saved in the run's directory (tokenizer.json,
 warmup/) and reused on resume and by `jaxtom eval`.
@@ -107,10 +107,10 @@ def reply_rows(convs, tok, count: int, row_len: int, rng: np.random.Generator):
     counterfactual reply to it (closed by [PREDICTION_END]), only the reply a target.
 
     They stand in for what a pretrained model brings to CToM and a model from scratch lacks:
-    some knowledge of what users reply. Without them the eta-capped NLL taught no item in 60
-    steps (held-out item accuracy at chance, 0.10); with 8 per step the warm-up predicts the
-    place and weather items the user names first (1.00 / 0.96) and CToM's NLL then teaches
-    the rest (benchmarks/README.md, "CToM CPU default", stop 48)."""
+    some knowledge of what users reply. The default has none (`ctom.warmup.reply_rows=0`):
+    since the user names the whole need, CToM's eta-capped NLL teaches the items within its
+    60 steps; when a reply named one item it taught none without them (benchmarks/README.md,
+    "CToM CPU default", stops 48 and 63)."""
     from jaxtom.ctom.targets import fit_target, prediction_targets
     targets = prediction_targets(convs, ScriptedSimulator())
     closing = tok.encode(P.PREDICTION_END)

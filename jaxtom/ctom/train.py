@@ -38,7 +38,10 @@ class WarmupSettings:
     batch_size: int = 4  # tasks per step, each played by the teacher in both modes
     learning_rate: float = 3e-3
     random_weight: float = 0.1  # loss weight of the teacher's random draws (tiny.weighted_mask)
-    reply_rows: int = 8  # rows per step predicting the user's replies (tiny.reply_rows)
+    # rows per step predicting the user's replies (tiny.reply_rows): 0, so the warm-up is
+    # label-free and what the model knows of the user comes from RL's replies (with 8, the
+    # warm-up had learned most items and CToM's NLL had little left to teach)
+    reply_rows: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
