@@ -42,7 +42,7 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
         assert s["conversations"] == 8 and s["failed"] == 0
         assert 0 <= s["Score"] <= 100 and s["Turns"] >= 1
     # the same held-out replies scored on both models: the NLL term moved them (measured at
-    # this size and seed: 5.43 -> 4.77 nats/token; the margin is under half that drop)
+    # this size and seed: 6.15 -> 5.65 nats/token; the margin is half that drop)
     assert trained["PredNLL"] < warm["PredNLL"] - 0.25, (trained["PredNLL"], warm["PredNLL"])
     dump = json.loads((workdir / "eval_ctom.json").read_text())
     assert set(dump["methods"]) == {"CToM", "CToM untrained"}
@@ -53,3 +53,25 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
         share = 100 * np.mean([bool(c["replies"]) for c in m["conversations"]])
         # per-task means then their mean (eq. 10): the plain share, two per task
         assert abs(rows[name]["Replied"] - share) < 1e-6, (name, rows[name]["Replied"], share)
+
+
+@pytest.mark.slow
+def test_the_default_learns_the_users_needs(tmp_path):
+    """The CPU default itself, 40 of its 60 CToM steps (about 5 minutes on 2 cores): the
+    reward climbs and the held-out score and reply NLL move far past their warm-up's, as
+    the prediction NLL teaches the items the user names (the micro run above is too small
+    to learn the format, so its reward cannot move). Measured on seed 0 (stop 63): training
+    reward 0.10 over the first ten steps, 0.28 over steps 31-40; the margins are under half."""
+    overrides = [f"trainer.workdir={tmp_path}", "trainer.total_steps=40",
+                 "step.total_steps=40", "trainer.checkpoint_every=40", "trainer.progress=false",
+                 "ctom.eval_conversations=2"]
+    train(load_config("configs/ctom_tiny.py", overrides), progress=False)
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    reward = [s["reward_mean"] for s in steps]
+    assert len(reward) == 40
+    assert np.mean(reward[-10:]) > np.mean(reward[:10]) + 0.08, reward
+    rows = run_eval("configs/ctom_tiny.py", overrides)
+    trained, warm = rows["CToM"], rows["CToM untrained"]
+    assert trained["Score"] > warm["Score"] + 10, (trained["Score"], warm["Score"])
+    assert trained["PredNLL"] < warm["PredNLL"] - 0.2, (trained["PredNLL"], warm["PredNLL"])
+    assert trained["LexF1"] > warm["LexF1"] + 10, (trained["LexF1"], warm["LexF1"])
