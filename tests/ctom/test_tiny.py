@@ -60,8 +60,10 @@ def test_the_default_learns_the_users_needs(tmp_path):
     """The CPU default itself, 40 of its 60 CToM steps (about 5 minutes on 2 cores): the
     reward climbs and the held-out score and reply NLL move far past their warm-up's, as
     the prediction NLL teaches the items the user names (the micro run above is too small
-    to learn the format, so its reward cannot move). Measured on seed 0 (stop 63): training
-    reward 0.10 over the first ten steps, 0.28 over steps 31-40; the margins are under half."""
+    to learn the format, so its reward cannot move). Measured (stop 63, 566 s beside other
+    jobs): training reward 0.09 over the first ten steps, 0.26 over steps 31-40; held-out
+    score 9.0 -> 34.8, reply NLL 0.84 -> 0.44, lexical F1 23.5 -> 68.4; the margins are
+    under half of each."""
     overrides = [f"trainer.workdir={tmp_path}", "trainer.total_steps=40",
                  "step.total_steps=40", "trainer.checkpoint_every=40", "trainer.progress=false",
                  "ctom.eval_conversations=2"]
