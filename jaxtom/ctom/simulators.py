@@ -150,7 +150,8 @@ class ScriptedSimulator:
     coding: code is run against the task's tests (sandbox); all pass -> "ok", else the first
     fact of the spec; a question -> the spec fact sharing most words with it.
     writing: a draft -> the note least covered by it (or "ok"); a question -> the best fact.
-    packing: the first needed item a list lacks, else an item to drop, else acceptance
+    packing: the whole need to a list (or question) that lacks a needed item, else an item to
+    drop, else acceptance
     (`jaxtom.ctom.packing.user_reply`).
     A COMMIT submission on coding/writing -> the end signal.
     """
