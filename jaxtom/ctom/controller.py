@@ -54,11 +54,6 @@ class ControllerConfig:
     categorical: bool = True
     mode: str = "ctom"  # ctom | direct (Prompting Base / Naive GRPO)
     response_cap: int = 2048  # direct mode: the one response per round
-    # the user also replies to the last round's message when it does not solve the task (the
-    # conversation still ends there): with one visible round (the packing CPU default) that
-    # reply is the only real one, a prediction target, the effort the list cost and what the
-    # lexical F1 pairs with; off, as in the paper, the last round gets no reply
-    final_reply: bool = False
     # every phase asks the sampler for one output buffer (the largest cap), so phases share a
     # compiled decode loop; each decode step then attends over that many more cache slots
     shared_buffer: bool = True
@@ -149,16 +144,14 @@ def _solves(task: Task, message: str) -> bool:
     return task.domain == "math" and bool(score_math(message, task.reference))
 
 
-def _continue(conv: Conversation, rnd: Round, solved: bool, last_round: bool,
-              final_reply: bool = False):
+def _continue(conv: Conversation, rnd: Round, solved: bool, last_round: bool):
     """After a visible message: end on a solved task, else fetch the user's reply unless the
-    rounds are spent (with `final_reply`, fetch it then too). Returns True to play another
-    round; False when the conversation stops (`conv.end` says why, still "running" when only
-    the budget ran out)."""
+    rounds are spent. Returns True to play another round; False when the conversation stops
+    (`conv.end` says why, still "running" when only the budget ran out)."""
     if solved:
         conv.end, conv.submission = "solved", rnd.shown  # the solving message is the answer
         return False
-    if last_round and not final_reply:
+    if last_round:
         return False
     reply = yield SimRequest(conv.task, tuple(conv.visible))
     if reply.error:
@@ -166,7 +159,7 @@ def _continue(conv: Conversation, rnd: Round, solved: bool, last_round: bool,
         return False
     rnd.reply = reply.text
     conv.visible.append(("user", reply.text))
-    return not last_round
+    return True
 
 
 def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, system: str):
@@ -232,8 +225,7 @@ def _conversation(task: Task, cfg: ControllerConfig, tok, glue: P.ChatGlue, syst
         rnd.shown = message
         conv.visible.append(("assistant", message))
         solved = action == "DRAFT" and _solves(task, message)
-        if not (yield from _continue(conv, rnd, solved, t == cfg.max_rounds - 1,
-                                     cfg.final_reply)):
+        if not (yield from _continue(conv, rnd, solved, t == cfg.max_rounds - 1)):
             break
     if conv.end == "running":
         conv.end, conv.submission = "budget", shown
@@ -275,7 +267,7 @@ def _direct_conversation(task: Task, cfg: ControllerConfig, tok, system: str):
                 conv.failed, conv.end = reply.error, "failed"
             return conv
         if not (yield from _continue(conv, rnd, _solves(task, message),
-                                     t == cfg.max_rounds - 1, cfg.final_reply)):
+                                     t == cfg.max_rounds - 1)):
             break
     if conv.end == "running":
         conv.end, conv.submission = "budget", last

@@ -26,13 +26,10 @@ DOMAINS: dict[str, DomainSettings] = {
     "math": DomainSettings("math", 4, 332, 1024, 2048, 384, 2048, 9728),
     "coding": DomainSettings("coding", 6, 2000, 600, 1024, 384, 1024, 5632),
     "writing": DomainSettings("writing", 6, 2000, 900, 1536, 256, 1536, 7168),
-    # this project's CPU task (jaxtom.ctom.packing), sized for its tiny BPE: a list is four
-    # slot names and items plus its closing tag, a reply at most ten; the budgets are about a
-    # whole conversation's visible tokens (eq. 3 counts totals); the baseline cap is the CToM
-    # round's combined caps. One visible round, whose reply the user still writes
-    # (`ControllerConfig.final_reply`): with more, a direct model copied the items the
-    # user's reply named and needed no model of the user (packing's docstring)
-    "packing": DomainSettings("packing", 1, 48, 24, 10, 12, 10, 10 + 2 * (12 + 10) + 12,
+    # this project's CPU task (jaxtom.ctom.packing), sized for its tiny BPE: N = 2 visible
+    # rounds; B_u holds the opening request and one reply, B_a two lists of four labelled
+    # items and a closing tag; the baseline cap is the CToM round's combined caps
+    "packing": DomainSettings("packing", 2, 16, 20, 10, 12, 10, 10 + 2 * (12 + 10) + 12,
                               max_revisions=2),
 }
 

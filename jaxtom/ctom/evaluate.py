@@ -1,7 +1,8 @@
 """`jaxtom eval CONFIG`: run evaluation conversations and print the paper's table 1/2
-columns (score x100 with task-clustered SEM, visible turns and tokens, user replies and reply
-tokens over conversations with a reply, ASK/DRAFT/COMMIT shares, lexical prediction F1), the
-held-out reply-prediction NLL and the self-revision gain (eq. 8).
+columns (score x100 with task-clustered SEM, visible turns and tokens; user replies and reply
+tokens over conversations with a reply, C_effort of eq. 3; ASK/DRAFT/COMMIT shares; lexical
+prediction F1 beside the F1 of a know-nothing prediction on packing), the held-out
+reply-prediction NLL and the self-revision gain (eq. 8).
 
 A run trained from scratch (`model.path` "", the packing default) is evaluated twice: the
 trained model and its format warm-up (Prompting Base in direct mode), on held-out tasks. The
@@ -21,7 +22,7 @@ from jaxtom.ctom.metrics import (action_shares, clustered_mean_sem, conversation
 from jaxtom.ctom.satisfaction import END_SIGNAL
 
 
-def summarize(convs: list[Conversation], tok) -> dict[str, float]:
+def summarize(convs: list[Conversation], tok, disclosure: str = "mismatch") -> dict[str, float]:
     """Table 1/2 numbers for finished conversations (failed ones are counted, not scored)."""
     ok = [c for c in convs if c.failed is None]
     by_task = lambda f: {tid: [f(c) for c in ok if c.task.id == tid]  # noqa: E731
@@ -37,29 +38,48 @@ def summarize(convs: list[Conversation], tok) -> dict[str, float]:
     replies = [(c.task.id, [len(tok.encode(t)) for r, t in c.visible[1:]
                             if r == "user" and t != END_SIGNAL]) for c in ok]
     eff = user_effort(replies)
-    # the share of conversations that needed any reply: Table 2 counts only those, so with
-    # N = 2 rounds (packing) its Replies is 1 by construction and this is the effort measure
-    out["Replied"], out["Replied_sem"] = clustered_mean_sem(
-        by_task(lambda c: 100.0 * any(r == "user" and t != END_SIGNAL for r, t in c.visible[1:])))
     out.update(Replies=eff["replies"], Replies_sem=eff["replies_sem"],
                ReplyTokens=eff["tokens"], ReplyTokens_sem=eff["tokens_sem"])
+    out["Effort"], out["Effort_sem"] = clustered_mean_sem(by_task(lambda c: 100 * c.effort))
     out.update(action_shares(a for c in ok for a in c.actions))
-    f1 = {}
-    for c in ok:
-        preds = [r.predictions[-1] if r.action == "DRAFT" and r.predictions else None
-                 for r in c.rounds]
-        if c.task.domain == "math":
-            users = [t for r, t in c.visible if r == "user"]
-            score = math_conversation_f1([p for p in preds if p is not None], users)
-        else:
-            score = conversation_f1(preds, [r.reply for r in c.rounds])
-        if score is not None:
-            f1.setdefault(c.task.id, []).append(100 * score)
-    out["LexF1"], out["LexF1_sem"] = clustered_mean_sem(f1) if f1 else (float("nan"),) * 2
+    for name, f1_of in (("LexF1", prediction_f1),
+                        ("LexF1Floor", lambda c: floor_f1(c, disclosure))):
+        f1 = {}
+        for c in ok:
+            score = f1_of(c)
+            if score is not None:
+                f1.setdefault(c.task.id, []).append(100 * score)
+        out[name], out[name + "_sem"] = clustered_mean_sem(f1) if f1 else (float("nan"),) * 2
     gains = [pair for c in ok for pair in revision_pairs(c)]
     out["RevGain"], out["RevGain_sem"] = self_revision_gain(gains)
     out["revised_rounds"] = float(len(gains))
     return out
+
+
+def round_predictions(conv: Conversation) -> list[str | None]:
+    """Each visible round's prediction slot (its last prediction; None: no slot)."""
+    return [r.predictions[-1] if r.action == "DRAFT" and r.predictions else None
+            for r in conv.rounds]
+
+
+def prediction_f1(conv: Conversation) -> float | None:
+    """The conversation's lexical prediction F1 with appendix B.5's pairing (None: no pair)."""
+    if conv.task.domain == "math":
+        users = [t for r, t in conv.visible if r == "user"]
+        return math_conversation_f1([p for p in round_predictions(conv) if p is not None],
+                                    users)
+    return conversation_f1(round_predictions(conv), [r.reply for r in conv.rounds])
+
+
+def floor_f1(conv: Conversation, disclosure: str = "mismatch") -> float | None:
+    """Lexical F1 of a know-nothing prediction (`packing.know_nothing_prediction`) on the
+    same pairs as `prediction_f1`; None off the packing domain."""
+    if conv.task.domain != "packing":
+        return None
+    from jaxtom.ctom.packing import know_nothing_prediction
+    guess = know_nothing_prediction(conv.task, disclosure)
+    preds = [None if p is None else guess for p in round_predictions(conv)]
+    return conversation_f1(preds, [r.reply for r in conv.rounds])
 
 
 def draft_score(text: str, task) -> float | None:
@@ -88,27 +108,26 @@ def revision_pairs(conv: Conversation) -> list[tuple[float, float]]:
     return out
 
 
-def conversation_record(conv: Conversation, tok) -> dict:
+def conversation_record(conv: Conversation, tok, disclosure: str = "mismatch") -> dict:
     """What pooling over seeds needs of one conversation (jsonable)."""
-    preds = [r.predictions[-1] if r.action == "DRAFT" and r.predictions else None
-             for r in conv.rounds]
-    f1 = None
-    if conv.failed is None and conv.task.domain != "math":
-        f1 = conversation_f1(preds, [r.reply for r in conv.rounds])
-    return {"task": conv.task.id, "failed": conv.failed is not None, "score": conv.score,
+    ok = conv.failed is None
+    return {"task": conv.task.id, "failed": not ok, "score": conv.score,
+            "effort": conv.effort,
             "turns": sum(r == "assistant" for r, _ in conv.visible),
             "tokens": sum(len(tok.encode(t)) for r, t in conv.visible if r == "assistant"),
             "replies": [len(tok.encode(t)) for r, t in conv.visible[1:]
                         if r == "user" and t != END_SIGNAL],
-            "lex_f1": f1, "revisions": revision_pairs(conv), "actions": conv.actions}
+            "lex_f1": prediction_f1(conv) if ok else None,
+            "lex_f1_floor": floor_f1(conv, disclosure) if ok else None,
+            "revisions": revision_pairs(conv), "actions": conv.actions}
 
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
     """One line per method: mean ± task-clustered SEM for each column."""
     def pm(s, k):
         return f"{s.get(k, float('nan')):.2f} ± {s.get(k + '_sem', float('nan')):.2f}"
-    cols = ["Score", "Turns", "Tokens", "Replied", "Replies", "ReplyTokens", "PredNLL",
-            "LexF1", "RevGain"]
+    cols = ["Score", "Turns", "Tokens", "Replies", "ReplyTokens", "Effort", "PredNLL",
+            "LexF1", "LexF1Floor", "RevGain"]
     lines = ["Method | " + " | ".join(cols) + " | ASK | DRAFT | COMMIT | conversations"]
     for name, s in rows.items():
         lines.append(f"{name} | " + " | ".join(pm(s, c) for c in cols) + " | " + " | ".join(
@@ -120,7 +139,9 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 def method_name(config, cfg: ControllerConfig, trained: bool) -> str:
     """The paper's name for what is evaluated (section 5.1.2 and the ablations)."""
     if cfg.mode == "direct":  # appendix C.2 baselines: untrained vs GRPO-trained
-        return "Naive GRPO" if trained else "Prompting Base"
+        if not trained:
+            return "Prompting Base"
+        return "Naive GRPO + reply NLL" if config.ctom.reply_nll else "Naive GRPO"
     if not trained:
         return "CToM untrained"
     no_pred, no_effort = config.step.lambda_pred == 0, cfg.w_effort == 0
@@ -141,14 +162,14 @@ def evaluate_model(model, tok, config, tasks, cfg: ControllerConfig, pairs) -> t
                               lockstep.shared_simulator(make_simulator(s)), tok, cfg,
                               key=jax.random.key(config.trainer.seed + 1),
                               host_map=lockstep.shared_map)
-    summary = summarize(convs, tok)
+    summary = summarize(convs, tok, s.disclosure)
     nll = pair_nll(model, pairs, s.pred_row_len) if len(pairs) else []
     if len(nll):
         by_task: dict[str, list[float]] = {}
         for tid, v in zip(pairs.tasks, nll):
             by_task.setdefault(tid, []).append(float(v))
         summary["PredNLL"], summary["PredNLL_sem"] = clustered_mean_sem(by_task)
-    records = {"conversations": [conversation_record(c, tok) for c in convs],
+    records = {"conversations": [conversation_record(c, tok, s.disclosure) for c in convs],
                "pair_nll": [float(v) for v in nll]}
     return summary, records
 

@@ -91,8 +91,9 @@ def qwen3_8b_settings(domain: str) -> CToMSettings:
 def tiny_config() -> Config:
     """The CPU default (`configs/ctom_tiny.py`): the packing domain with a tiny decoder trained
     from scratch, a format warm-up (the label-free teacher's conversations), then GRPO with the
-    eta-capped prediction NLL. One visible round whose reply the user still writes
-    (`final_reply`), two hidden revisions."""
+    eta-capped prediction NLL. Two visible rounds for every method (the last gets no reply, as
+    in the paper), two hidden revisions; a group's reward std counts as at least 0.1 (under a
+    slot's 0.25), so a group whose scores tie is not driven by the 0.01-weighted effort alone."""
     return Config(
         model=ModelSection(path="", family="qwen3", vocab_size=768, hidden_size=96,
                            intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
@@ -105,10 +106,10 @@ def tiny_config() -> Config:
                               # round at the equal budget (66-token answers) reaches 332
                               # tokens with ctom.controller.max_rounds=4 (test_packing)
                               group_size=8, max_new_tokens=8, row_len=384, temperature=1.0,
-                              checkpoint_every=20, progress=True),
+                              checkpoint_every=20, progress=True, advantage_std_floor=0.1),
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",
-            controller=dict(max_rounds=1, final_reply=True, max_revisions=2, plan_cap=4,
+            controller=dict(max_rounds=2, max_revisions=2, plan_cap=4,
                             ask_cap=8, draft_cap=10, revision_cap=10, prediction_cap=12,
                             categorical=False),
             pred_rows=96, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,

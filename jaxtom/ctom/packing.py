@@ -1,29 +1,22 @@
 """The packing domain: CToM's collaborative task in miniature, small enough to learn on a CPU.
 
-A user asks for a packing list for a trip described by four cues (place, weather, activity,
-company). Each cue calls for one item that only the user knows they need (`required`); the
-assistant answers with four items, one per cue, in one visible message. The user reads a shown
-list; one that lacks any needed item gets the user's whole need in reply, every item after the
-cue that calls for it ("i need mountain boots cold coat reading book dog leash ."), and one
-with every needed item is accepted. The reply comes too late to act on (the CPU default has one
-visible round; the controller's `final_reply` fetches it): an assistant gets the list right
-either because it learned each cue's item from the reward (Naive GRPO), or because, in CToM,
-it predicts what the user would say to a hidden draft (a skill the user's real and
-counterfactual replies supervise) and revises before showing. The simulated user reads only
-the visible conversation, and the task score is the share of slots the submitted list gets
-right, whoever wrote it.
+A user asks for a packing list for a trip named by four cues (place, weather, activity,
+company); each cue calls for one item that only the user knows they need (`required`; the
+cue -> item table below is a regularity every method can learn). The assistant shows a list
+of one item per slot and the user, who reads only the visible conversation, replies by the
+disclosure rule of the paper's simulated users (Table 8, prompts 8-10):
+  * "mismatch" (the coding and writing users: name the single most important thing that is
+    wrong or missing): the first slot, in the user's order of importance (the request's
+    order), whose item is wrong or absent, with the item it needs ("i need beach towel .");
+  * "which" (the math user: say which part is wrong, never the value): "the place item is
+    wrong ." or "the place item is missing .".
+A list with every needed item is accepted; a message with no item (a question) is read as an
+empty list. So a reply reveals at most one needed item, depends on the draft it answers, and
+never repeats the answer wholesale; counterfactual replies to hidden drafts follow the same
+rule. The task score is the share of slots whose first listed item is right.
 
-Why the whole need and one visible round (benchmarks/README.md, "CToM CPU default"): when the
-user named only the first missing item, a prediction had to find the draft's first wrong slot
-to be of use (half of the trained model's named one already right), and with a second visible
-round a direct model copied the named item into its next list. When the user named every
-missing item, GRPO taught the predictions to name the right items for every slot (what helps
-a revision) while the prediction NLL pulled them toward naming only the missing ones: CToM w/o
-prediction beat CToM. The whole need is at once what the user says and what helps a revision.
-
-Tasks are generated from a seed (`make_tasks`): which item each cue calls for is fixed (the
-table below), the cue combinations are drawn, and held-out tasks are combinations never
-trained on (each single cue is seen in training).
+Tasks are generated from a seed (`make_tasks`): the cue combinations are drawn, and held-out
+tasks are combinations never trained on (each single cue is seen in training).
 """
 
 from __future__ import annotations
@@ -63,13 +56,15 @@ CUE_SLOT = {cue: s for s, pairs in SLOTS.items() for cue, _ in pairs}
 
 ACCEPT = "ok , that is all ."
 PROMPT = "trip : {place} {weather} {activity} {company} ."  # short: every row repeats it
-# Each need names its reason first ("mountain boots"): the item a reply names then follows
-# the cue word that calls for it, so a model that predicts replies learns each cue's item from
-# the words next to it (measured, benchmarks/README.md "CToM CPU default")
+# a named need follows the cue that calls for it ("mountain boots"), so a model that predicts
+# replies sees each cue next to its item
 NEED = "i need {needs} ."
-DROP = "i do not need {item} ."
+WRONG = "the {slot} item is wrong ."
+MISSING = "the {slot} item is missing ."
+DISCLOSURES = ("mismatch", "which")
 # the user's and the teacher's stock phrases: whole tokens of the CPU default's BPE
-PHRASES = ("i do not need", "i need", ACCEPT, "i will draft .", "i will commit .")
+PHRASES = ("i need", "item is wrong .", "item is missing .", ACCEPT, "i will draft .",
+           "i will commit .")
 
 
 def labelled(slots: dict[str, str]) -> str:
@@ -104,33 +99,55 @@ def required(task: Task) -> list[str]:
     return task.hidden.split()
 
 
+def first_items(text: str | None) -> dict[str, str]:
+    """slot -> the first item `text` lists for it."""
+    got: dict[str, str] = {}
+    for item in items_in(text):
+        got.setdefault(ITEM_SLOT[item], item)
+    return got
+
+
 def score(submission: str | None, task: Task) -> float:
-    """The share of the four slots whose item is right, reading each slot's first listed
-    item (0 for no submission).
+    """The share of the four slots whose first listed item is right (0 for no submission).
 
     Per slot, not F1: under F1 a list that leaves out every item it is unsure of beats one
-    that guesses (two named items alone score 0.67, the same two plus two guesses at one in
-    ten 0.5), and GRPO found it (measured: seed 0's CToM run shrank its lists to one item,
-    score 0.35 from 0.49); per slot, a guess never costs and extra items never count."""
+    that guesses; per slot, a guess never costs and extra items never count."""
+    got = first_items(submission)
     need = dict(zip(SLOT_NAMES, required(task)))
-    got: dict[str, str] = {}
-    for item in items_in(submission):
-        got.setdefault(ITEM_SLOT[item], item)
     return sum(got.get(slot) == item for slot, item in need.items()) / len(SLOT_NAMES)
 
 
-def user_reply(task: Task, last_assistant: str) -> str:
-    """The simulated user's reply to the last visible assistant message.
+def first_mismatch(task: Task, message: str | None) -> str | None:
+    """The most important slot (request order) whose first listed item in `message` is wrong
+    or absent; None when every slot is right."""
+    got = first_items(message)
+    for slot, item in zip(SLOT_NAMES, required(task)):
+        if got.get(slot) != item:
+            return slot
+    return None
 
-    A question (contains "?" and no list), or a list that lacks any needed item, gets the
-    whole need (every needed item, in slot order); a list with all of them gets the first
-    item it should drop, else the acceptance."""
-    listed = items_in(last_assistant)
-    need = required(task)
-    if any(i not in listed for i in need):
-        return need_phrase(need)
-    extra = [i for i in listed if i not in need]
-    return DROP.format(item=extra[0]) if extra else ACCEPT
+
+def user_reply(task: Task, last_assistant: str, disclosure: str = "mismatch") -> str:
+    """The simulated user's reply to the last visible assistant message (or to a hidden
+    draft, for a counterfactual): the acceptance when every slot is right, else the single
+    most important mismatch under `disclosure` (the module docstring)."""
+    if disclosure not in DISCLOSURES:
+        raise ValueError(f"packing disclosure must be one of {DISCLOSURES}, got {disclosure!r}")
+    slot = first_mismatch(task, last_assistant)
+    if slot is None:
+        return ACCEPT
+    if disclosure == "mismatch":
+        return need_phrase([dict(zip(SLOT_NAMES, required(task)))[slot]])
+    return (WRONG if slot in first_items(last_assistant) else MISSING).format(slot=slot)
+
+
+def know_nothing_prediction(task: Task, disclosure: str = "mismatch") -> str:
+    """The reply a predictor that knows nothing of the user can write from the template and
+    the request alone: every cue (mismatch) or every slot name (which), no item. Its lexical
+    F1 against the real replies is the floor of Table 2's prediction F1 on this domain."""
+    if disclosure == "mismatch":
+        return NEED.format(needs=" ".join(cues_in(task.prompt).values()))
+    return WRONG.format(slot=" ".join(SLOT_NAMES))
 
 
 def need_phrase(items: Sequence[str]) -> str:

@@ -190,7 +190,7 @@ PACKING_BASELINE_SYSTEM = "answer directly ."
 PACKING_SIMULATOR = r"""/no_think
 You are a human packing for this trip: {problem}
 The items you need, one per cue: {hidden_information}
-Read the conversation. If the assistant's last message lacks any item you need (a question lacks them all), name every item you need, in cue order, each after the trip word that calls for it ("i need CUE ITEM CUE ITEM CUE ITEM CUE ITEM ."); if it lists every item you need and one you do not, say so ("i do not need ITEM ."); otherwise reply "ok , that is all .". If the last message starts with I WANT TO ANSWER:, reply [[TERMINATE CHAT]].
+Read the conversation. Never list everything you need. Take the cues in the order the trip names them; at the first cue whose item the assistant's last message gets wrong or leaves out (a question leaves out all of them), name only that one item, after the trip word that calls for it ("i need CUE ITEM ."); if every item is right, reply "ok , that is all .". If the last message starts with I WANT TO ANSWER:, reply [[TERMINATE CHAT]].
 Conversation:
 {chat_history}
 Respond in JSON: {"response": "..."}"""

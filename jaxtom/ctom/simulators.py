@@ -150,14 +150,13 @@ class ScriptedSimulator:
     coding: code is run against the task's tests (sandbox); all pass -> "ok", else the first
     fact of the spec; a question -> the spec fact sharing most words with it.
     writing: a draft -> the note least covered by it (or "ok"); a question -> the best fact.
-    packing: the whole need to a list (or question) that lacks a needed item, else an item to
-    drop, else acceptance
-    (`jaxtom.ctom.packing.user_reply`).
+    packing: the single most important mismatch of the shown list under `packing_disclosure`
+    (its item, or only which slot), else acceptance (`jaxtom.ctom.packing.user_reply`).
     A COMMIT submission on coding/writing -> the end signal.
     """
 
-    def __init__(self, run_code: bool = True):
-        self.run_code = run_code
+    def __init__(self, run_code: bool = True, packing_disclosure: str = "mismatch"):
+        self.run_code, self.packing_disclosure = run_code, packing_disclosure
 
     def reply(self, requests: Sequence[SimRequest], seed: int = 0) -> list[SimReply]:
         return [SimReply(self._one(r)) for r in requests]
@@ -176,7 +175,7 @@ class ScriptedSimulator:
             return "That's wrong, could you double-check your work?"
         if task.domain == "packing":
             from jaxtom.ctom.packing import user_reply
-            return user_reply(task, last)
+            return user_reply(task, last, self.packing_disclosure)
         facts = _facts(task.hidden) or ["I have no additional requirement for that"]
         is_code = task.domain == "coding" and "def task_func" in last
         if is_code:

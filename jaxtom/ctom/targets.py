@@ -31,6 +31,7 @@ class PredictionTarget:
     target: str
     counterfactual: bool
     query: object = None  # the SimRequest that produced a counterfactual target (else None)
+    closing: str = PREDICTION_END  # what ends the supervised reply
 
 
 def counterfactual_request(conv: Conversation, rnd, k: int) -> SimRequest:
@@ -69,6 +70,31 @@ def prediction_targets(convs: Sequence[Conversation], simulator: UserSimulator, 
             if rep.error is None:
                 out.append(PredictionTarget(ci, t, k, ctx, rep.text, True, query))
     return sorted(out, key=lambda x: (x.conversation, x.round, x.k))
+
+
+def reply_targets(convs: Sequence[Conversation], tok) -> list[PredictionTarget]:
+    """The label-matched control's targets (direct mode): each visible message's real reply as
+    the user's next chat turn, i.e. context = the round's tokens through the response and the
+    opening of the user turn, target = the reply and its end of turn. The same NLL as CToM's
+    predictions on the same kind of label, without a prediction slot or a revision."""
+    from jaxtom.ctom.protocol import ChatGlue
+    glue = ChatGlue.from_tokenizer(tok)
+    opening = tok.encode(glue.assistant_to_user)
+    end_of_turn = tok.decode(tok.encode(glue.user_to_assistant)[:1])
+    eos = set(tok.eos_token_ids)
+    out = []
+    for ci, conv in enumerate(convs):
+        if conv.failed is not None:
+            continue
+        for rnd in conv.rounds:
+            if rnd.reply is None or rnd.action == "COMMIT":
+                continue
+            tokens = list(conv.sequences[rnd.index].tokens)
+            while tokens and tokens[-1] in eos:
+                tokens.pop()
+            out.append(PredictionTarget(ci, rnd.index, 0, tokens + opening, rnd.reply, False,
+                                        closing=end_of_turn))
+    return out
 
 
 def spread_allocation(counts: Sequence[int], budget: int) -> list[int]:
@@ -166,10 +192,9 @@ def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
                "prediction_targets_truncated_reply": 0.0}
     live = [t for t in targets if convs[t.conversation].failed is None]
     metrics["prediction_targets_dropped_failed"] = float(len(targets) - len(live))
-    closing = tok.encode(PREDICTION_END)
     rows = []
     for t in live:
-        fitted = fit_target(t.context, tok.encode(t.target), closing, pred_row_len)
+        fitted = fit_target(t.context, tok.encode(t.target), tok.encode(t.closing), pred_row_len)
         if fitted is None:
             metrics["prediction_targets_dropped_length"] += 1
             continue

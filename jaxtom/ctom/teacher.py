@@ -4,12 +4,13 @@ It plays both prompts from the context alone, never from the user's hidden needs
 visible conversation and its own hidden drafts and predictions, as a policy does. What it
 teaches is the protocol, not the task:
   * a list names one item per slot (the catalogue of items per slot is public); the first list
-    is a guess, later lists keep the last shown list and take in every item the user named;
-  * CToM mode: plan, decision (COMMIT once the user accepted a shown list, else DRAFT; a fully
-    right list ends the conversation before the user could accept it), a draft,
-    a prediction of the reply that is a guess (an acceptance, or a random item for every slot
-    the user has not settled, each after that slot's cue copied from the request, as the user
-    words a need), and each revision puts every predicted item into its slot;
+    is a guess; a later list keeps the last shown one and acts on every real reply: a named
+    item goes into its slot, a slot called wrong or missing gets another random item;
+  * CToM mode: plan, decision (COMMIT once the user accepted a shown list, else DRAFT), a
+    draft, a prediction of the reply that is a guess worded as the user's disclosure rule
+    words a reply (an acceptance, or a mismatch at a random slot not yet settled by a real
+    reply: a random item after that slot's cue, or the slot called wrong), and a revision
+    that acts on its prediction as a later list acts on a real reply;
   * direct mode (Prompting Base / Naive GRPO): the list, or `I WANT TO ANSWER:` and the last
     shown list once the user accepted it.
 So a model warmed up on it writes the format, revises as its predictions say and uses real
@@ -29,6 +30,7 @@ from jaxtom.ctom.prompts import ANSWER_MARKER
 END_OF_TURN = "<|im_end|>"
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.DOTALL)
 _DRAFT = re.compile(re.escape(P.DRAFT_START) + r"(.*?)" + re.escape(P.DRAFT_END), re.DOTALL)
+_CALLED_OUT = re.compile(r"the (\w+) item is (?:wrong|missing)")
 ACCEPT_PREDICTION = 0.25  # the teacher's share of predicted acceptances
 
 
@@ -50,10 +52,14 @@ def by_slot(items) -> dict[str, str]:
 
 
 class PackingTeacher:
-    """`script(context_text, kind) -> text` for `policies.ScriptedPolicy`; draws from `rng`."""
+    """`script(context_text, kind) -> text` for `policies.ScriptedPolicy`; draws from `rng`;
+    words its guessed replies by the user's `disclosure` rule (`packing.DISCLOSURES`)."""
 
-    def __init__(self, rng: np.random.Generator):
-        self.rng = rng
+    def __init__(self, rng: np.random.Generator, disclosure: str = "mismatch"):
+        if disclosure not in packing.DISCLOSURES:
+            raise ValueError(f"disclosure must be one of {packing.DISCLOSURES}, "
+                             f"got {disclosure!r}")
+        self.rng, self.disclosure = rng, disclosure
 
     def _random_item(self, slot: str, avoid: str | None = None) -> str:
         options = [item for _, item in packing.SLOTS[slot] if item != avoid]
@@ -67,19 +73,39 @@ class PackingTeacher:
                  and "[" not in c]
         return (users[0] if users else ""), users[1:], shown
 
+    def _act_on(self, slots: dict[str, str], reply: str) -> dict[str, str]:
+        """`slots` changed as `reply` says: a named item into its slot; a slot called wrong or
+        missing gets a random item other than the one it holds."""
+        slots = dict(slots)
+        for item in packing.items_in(reply):
+            slots[packing.ITEM_SLOT[item]] = item
+        for slot in _CALLED_OUT.findall(reply):
+            if slot in packing.SLOTS:
+                slots[slot] = self._random_item(slot, avoid=slots.get(slot))
+        return slots
+
+    def _complete(self, slots: dict[str, str]) -> dict[str, str]:
+        return {s: slots.get(s) or self._random_item(s) for s in packing.SLOT_NAMES}
+
     def _base_list(self, replies, shown) -> dict[str, str]:
-        """The last shown list (a guess at first) with every item the user named taken in."""
+        """The last shown list (a guess at first) acted on by every real reply since."""
         last = shown[-1][len(ANSWER_MARKER):] if shown and shown[-1].startswith(
             ANSWER_MARKER) else (shown[-1] if shown else "")
-        slots = by_slot(packing.items_in(last))
-        for slot in packing.SLOT_NAMES:
-            slots.setdefault(slot, self._random_item(slot))
-        for reply in replies:
-            for item in packing.items_in(reply):
-                slot = packing.ITEM_SLOT[item]
-                dropped = "do not need" in reply
-                slots[slot] = self._random_item(slot, avoid=item) if dropped else item
+        slots = self._complete(packing.first_items(last))
+        for reply in replies[len(shown) - 1:] if shown else replies:
+            slots = self._act_on(slots, reply)
         return slots
+
+    def _guess_reply(self, request: str, draft: dict[str, str], settled: set[str]) -> str:
+        """A guessed mismatch at a random open slot, worded as the user would word it."""
+        open_slots = [s for s in packing.SLOT_NAMES if s not in settled]
+        if not open_slots or self.rng.random() < ACCEPT_PREDICTION:
+            return packing.ACCEPT
+        slot = open_slots[self.rng.integers(len(open_slots))]
+        if self.disclosure == "which":
+            return packing.WRONG.format(slot=slot)
+        cue = packing.cues_in(request).get(slot, "")
+        return packing.NEED.format(needs=f"{cue} {self._random_item(slot, avoid=draft.get(slot))}")
 
     def __call__(self, context: str, kind: str) -> str:
         request, replies, shown = self._visible(context)
@@ -100,23 +126,13 @@ class PackingTeacher:
         if kind == "draft":
             if not drafts:  # d(0): from the visible conversation
                 return as_list(self._base_list(replies, shown)) + P.DRAFT_END
-            slots = by_slot(packing.items_in(drafts[-1]))
-            for item in packing.items_in(predictions[-1]) if predictions else []:
-                slots[packing.ITEM_SLOT[item]] = item
-            for slot in packing.SLOT_NAMES:
-                slots.setdefault(slot, self._random_item(slot))
+            slots = self._complete(packing.first_items(drafts[-1]))
+            if predictions:
+                slots = self._act_on(slots, predictions[-1])
             return as_list(slots) + P.DRAFT_END
         if kind == "prediction":
-            if self.rng.random() < ACCEPT_PREDICTION:
-                return packing.ACCEPT + P.PREDICTION_END
-            slots = by_slot(packing.items_in(drafts[-1] if drafts else ""))
-            confirmed = {packing.ITEM_SLOT[i] for r in replies if "do not need" not in r
-                         for i in packing.items_in(r)}
-            open_slots = [s for s in packing.SLOT_NAMES if s not in confirmed]
-            if not open_slots:
-                return packing.ACCEPT + P.PREDICTION_END
-            cues = packing.cues_in(request)
-            needs = " ".join(f"{cues.get(s, '')} {self._random_item(s, avoid=slots.get(s))}"
-                             for s in open_slots)
-            return packing.NEED.format(needs=needs) + P.PREDICTION_END
+            # a slot is settled when a real reply named its item (it is right from then on)
+            settled = {packing.ITEM_SLOT[i] for r in replies for i in packing.items_in(r)}
+            draft = packing.first_items(drafts[-1] if drafts else "")
+            return self._guess_reply(request, draft, settled) + P.PREDICTION_END
         raise ValueError(f"unknown phase kind {kind!r}")

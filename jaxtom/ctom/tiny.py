@@ -54,11 +54,12 @@ def bpe(texts, vocab_size: int) -> Tokenizer:
     return Tokenizer(tok, chat_format="qwen3", eos_tokens=("<|im_end|>", "<|endoftext|>"))
 
 
-def teacher_conversations(tasks, tok, controller: ControllerConfig, rng: np.random.Generator):
+def teacher_conversations(tasks, tok, controller: ControllerConfig, rng: np.random.Generator,
+                          disclosure: str = "mismatch"):
     """The teacher's conversations with the scripted user, in `controller.mode`."""
-    policy = ScriptedPolicy(tok, PackingTeacher(rng))
-    return run_conversations(tasks, policy, ScriptedSimulator(), tok, controller,
-                             key=jax.random.key(0))
+    policy = ScriptedPolicy(tok, PackingTeacher(rng, disclosure))
+    return run_conversations(tasks, policy, ScriptedSimulator(packing_disclosure=disclosure),
+                             tok, controller, key=jax.random.key(0))
 
 
 def controllers(settings) -> dict[str, ControllerConfig]:
@@ -76,7 +77,7 @@ def corpus(tasks, settings, seed: int) -> list[str]:
     raw = bpe([], 0)
     texts = []
     for ctrl in controllers(settings).values():
-        for conv in teacher_conversations(pick, raw, ctrl, rng):
+        for conv in teacher_conversations(pick, raw, ctrl, rng, settings.disclosure):
             texts += [raw.decode(seg.tokens) for seg in conv.sequences]
     return texts
 
@@ -101,18 +102,17 @@ def weighted_mask(tokens, policy, items: frozenset[int], random_weight: float) -
     return out
 
 
-def reply_rows(convs, tok, count: int, row_len: int, rng: np.random.Generator):
+def reply_rows(convs, tok, count: int, row_len: int, rng: np.random.Generator,
+               disclosure: str = "mismatch"):
     """[(tokens, mask)]: `count` of eq. 2's prediction rows of the teacher's CToM
     conversations, drawn from `rng`: each draft's context, then the user's real or
     counterfactual reply to it (closed by [PREDICTION_END]), only the reply a target.
 
     They stand in for what a pretrained model brings to CToM and a model from scratch lacks:
-    some knowledge of what users reply. The default has none (`ctom.warmup.reply_rows=0`):
-    since the user names the whole need, CToM's eta-capped NLL teaches the items within its
-    60 steps; when a reply named one item it taught none without them (benchmarks/README.md,
-    "CToM CPU default", stops 48 and 63)."""
+    some knowledge of what users reply. The default has none (`ctom.warmup.reply_rows=0`),
+    so every method starts from the same label-free model."""
     from jaxtom.ctom.targets import fit_target, prediction_targets
-    targets = prediction_targets(convs, ScriptedSimulator())
+    targets = prediction_targets(convs, ScriptedSimulator(packing_disclosure=disclosure))
     closing = tok.encode(P.PREDICTION_END)
     out = []
     for i in rng.permutation(len(targets))[:count]:
@@ -135,18 +135,21 @@ class TeacherRollout:
         self.controllers = controllers(settings)
         self.items, self.random_weight = item_ids(tok), settings.warmup.random_weight
         self.reply_rows, self.row_len = settings.warmup.reply_rows, settings.pred_row_len
+        self.disclosure = settings.disclosure
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         rng = np.random.default_rng([self.seed, 9151, step])
         seqs, masks = [], []
         for ctrl in self.controllers.values():
-            convs = teacher_conversations([r["task"] for r in tasks], self.tok, ctrl, rng)
+            convs = teacher_conversations([r["task"] for r in tasks], self.tok, ctrl, rng,
+                                          self.disclosure)
             for conv in convs:
                 seqs += [list(s.tokens) for s in conv.sequences]
                 masks += [weighted_mask(s.tokens, s.policy, self.items, self.random_weight)
                           for s in conv.sequences]
             if ctrl.mode == "ctom" and self.reply_rows:
-                rows = reply_rows(convs, self.tok, self.reply_rows, self.row_len, rng)
+                rows = reply_rows(convs, self.tok, self.reply_rows, self.row_len, rng,
+                                  self.disclosure)
                 seqs += [r for r, _ in rows]
                 masks += [m for _, m in rows]
         return Rollout(seqs, masks, [1.0] * len(seqs), list(range(len(seqs))),

@@ -21,7 +21,7 @@ from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.policies import SamplerPolicy
 from jaxtom.ctom.simulators import HTTPSimulator, ScriptedSimulator
-from jaxtom.ctom.targets import prediction_targets, rollout_batch
+from jaxtom.ctom.targets import prediction_targets, reply_targets, rollout_batch
 from jaxtom.rl.batch import first_fit_rows
 from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 
@@ -60,6 +60,12 @@ class CToMSettings:
     pred_row_len: int = 2048
     eval_tasks: int = 0  # 0: the training tasks (packing: held-out tasks, never trained on)
     eval_conversations: int = 2  # per task
+    # packing's simulated user: "mismatch" names the first wrong slot's item, "which" only the
+    # slot (jaxtom.ctom.packing: the coding/writing and the math users' rules of Table 8)
+    disclosure: str = "mismatch"
+    # direct mode only: the label-matched control (Naive GRPO + reply NLL), the eta-capped
+    # NLL of step.lambda_pred on the user's real replies to its visible messages
+    reply_nll: bool = False
     warmup: WarmupSettings = WarmupSettings()  # a from-scratch model's (model.path "")
     # keep each conversation's KV cache between phases and rounds (prefill only new tokens);
     # False re-prefills every phase's whole context (same transcripts under greedy decoding)
@@ -78,6 +84,11 @@ class CToMSettings:
                               self.domain)
         if self.simulator not in ("scripted", "http", "llm"):
             raise ConfigError("ctom.simulator", "'scripted', 'http' or 'llm'", self.simulator)
+        if self.disclosure not in ("mismatch", "which"):
+            raise ConfigError("ctom.disclosure", "'mismatch' or 'which'", self.disclosure)
+        if self.reply_nll and self.controller.get("mode", "ctom") != "direct":
+            raise ConfigError("ctom.reply_nll", "false unless ctom.controller.mode=direct "
+                              "(CToM's NLL trains its predictions)", self.reply_nll)
         if not (isinstance(self.warmup.reply_rows, int) and self.warmup.reply_rows >= 0):
             raise ConfigError("ctom.warmup.reply_rows", "an int >= 0", self.warmup.reply_rows)
         for name in ("num_tasks", "pred_rows", "eval_tasks"):
@@ -129,7 +140,7 @@ def make_simulator(s: CToMSettings, model=None, tokenizer=None, mesh=None):
     `simulator_model` (a separate frozen model: the policy's weights change during training)
     into its shards on `mesh` when given."""
     if s.simulator == "scripted":
-        return ScriptedSimulator()
+        return ScriptedSimulator(packing_disclosure=s.disclosure)
     if s.simulator == "http":
         if not s.simulator_url:
             raise ValueError("simulator='http' needs simulator_url (an OpenAI-compatible /v1)")
@@ -211,7 +222,8 @@ class ConversationRollout:
         simulator = lockstep.shared_simulator(self.simulator)
         convs = run_conversations(group, policy, simulator, self.tok, self.controller,
                                   key=key, seed=step, host_map=lockstep.shared_map)
-        targets = prediction_targets(convs, simulator, seed=step)
+        targets = (reply_targets(convs, self.tok) if s.reply_nll else
+                   prediction_targets(convs, simulator, seed=step))
         ok = [c for c in convs if c.failed is None]
         metrics = {"conversations_failed": float(len(convs) - len(ok)),
                    "prediction_targets": float(len(targets)),

@@ -18,6 +18,7 @@ seed: not on how many processes share it, nor on whether it was interrupted and 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable, Protocol, Sequence
 
 import grain
@@ -328,7 +329,9 @@ class Trainer:
                        dynamic_ncols=True, mininterval=1.0)
         try:
             for step in range(start, cfg.total_steps):
+                began = time.perf_counter()
                 state, metrics = self.train_step(state, data.next_local(), step)
+                metrics["step_seconds"] = time.perf_counter() - began  # rollout + update
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix({k: f"{metrics[k]:.3g}" for k in
