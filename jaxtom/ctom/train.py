@@ -29,11 +29,8 @@ from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 @dataclasses.dataclass(frozen=True)
 class WarmupSettings:
     """The format warm-up of a from-scratch model (`jaxtom.ctom.tiny`); steps 0 skips it."""
-    # with the decoder initialised at std 0.1 (~1/sqrt(width)) the copy of items from the
-    # context has formed by 600 steps (NLL of copyable items 0.06 / 0.002 nats in CToM /
-    # direct rows; at std 0.02 still at chance, log 10, after 600 and 1.3 after 2000 steps:
-    # benchmarks/README.md, "CToM CPU default"); 600 take ~3.5 minutes on 2 cores with
-    # the reply rows
+    # long enough for a decoder initialised at std 0.1 to learn to copy items from the
+    # context (the figures are in benchmarks/README.md, "CToM CPU default")
     steps: int = 600
     batch_size: int = 4  # tasks per step, each played by the teacher in both modes
     learning_rate: float = 3e-3

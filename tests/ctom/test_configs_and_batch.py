@@ -109,3 +109,80 @@ def test_ctom_refuses_trainer_fields_its_rollout_cannot_use(override, field):
         load_config("configs/ctom_math_qwen3_8b.py", ['model.path=""', override])
     msg = str(err.value)
     assert msg.startswith(f"config error: {field}:") and "CToM" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("domain, rounds", [("math", 4), ("coding", 6), ("writing", 6)])
+def test_paper_configs_keep_the_papers_controller(domain, rounds, monkeypatch):
+    """The paper configs' controller is table 4's: N visible rounds, K = 3, the paper's caps,
+    CToM mode, the paper's effort weight; the packing default's rules do not leak into them."""
+    from jaxtom.ctom.effort import W_EFFORT, domain_settings
+    from jaxtom.ctom.experiments import qwen3_8b_config
+    monkeypatch.setenv("QWEN3_8B", "")
+    config = qwen3_8b_config(domain)
+    s = config.ctom
+    cfg = ControllerConfig.for_domain(domain, **s.controller)
+    d = domain_settings(domain)
+    assert (cfg.max_rounds, cfg.max_revisions, cfg.mode, cfg.w_effort) == (rounds, 3, "ctom",
+                                                                          W_EFFORT)
+    assert (cfg.draft_cap, cfg.prediction_cap, cfg.revision_cap) == (
+        d.draft_cap, d.prediction_cap, d.revision_cap)
+    assert cfg.response_cap == d.baseline_output_cap and cfg.categorical
+    assert not s.reply_nll and config.trainer.advantage_std_floor == 0.0
+    assert config.step.lambda_pred == 1.0
+
+
+def test_label_matched_control_supervises_each_real_reply_as_the_users_turn():
+    """ctom.reply_nll (direct mode): every visible message that got a real reply gives one
+    target, the round's tokens then the user turn's opening as context and the reply and its
+    end of turn as the supervised tokens; no target for the last message (no reply)."""
+    from jaxtom.config import ConfigError, load_config
+    from jaxtom.ctom import packing
+    from jaxtom.ctom.targets import reply_targets
+    tok = llama3_tokenizer()
+    task = packing.make_tasks(0, 64, 2)[1][0]
+    wrong = packing.labelled({s: next(i for _, i in packing.SLOTS[s] if i != n)
+                              for s, n in zip(packing.SLOT_NAMES, packing.required(task))})
+    cfg = ControllerConfig.for_domain("packing", mode="direct", max_rounds=2)
+    convs = run_conversations([task], ScriptedPolicy(tok, lambda ctx, kind: wrong),
+                              ScriptedSimulator(), tok, cfg, key=jax.random.key(0))
+    [target] = reply_targets(convs, tok)
+    assert target.target == packing.user_reply(task, wrong) == convs[0].rounds[0].reply
+    glue = P.ChatGlue.from_tokenizer(tok)
+    text = tok.decode(target.context)
+    assert text.endswith(wrong + glue.assistant_to_user) and P.ANTICIPATED not in text
+    batch = rollout_batch(convs, [0], [target], tok, num_rows=2, row_len=512, pred_rows=2,
+                          pred_row_len=256)
+    row = np.asarray(batch.prediction.tokens)[0][np.asarray(batch.prediction.target_mask)[0] > 0]
+    assert tok.decode(row.tolist()) == target.target + target.closing
+    with pytest.raises(ConfigError, match="ctom.reply_nll"):
+        load_config("configs/ctom_tiny.py", ["ctom.reply_nll=true"])
+    with pytest.raises(ConfigError, match="ctom.disclosure"):
+        load_config("configs/ctom_tiny.py", ["ctom.disclosure=all"])
+    load_config("configs/ctom_tiny.py", ["ctom.reply_nll=true", "ctom.controller.mode=direct"])
+
+
+def test_packing_effort_stays_in_the_papers_range():
+    """Eq. 3 on the packing default: a conversation that uses every visible round with the
+    longest messages costs at most 1; one solved at once costs less."""
+    from jaxtom.ctom import packing
+    from jaxtom.ctom.controller import score_conversation
+    from jaxtom.ctom.experiments import tiny_config
+    tok = llama3_tokenizer()
+    s = tiny_config().ctom
+    task = packing.make_tasks(0, 64, 2)[1][0]
+    ramble = " ".join(i for _, i in packing.SLOTS["place"]) * 5
+    efforts = []
+    for mode in ("direct", "ctom"):
+        cfg = ControllerConfig.for_domain("packing", **{**s.controller, "mode": mode})
+        for text in (ramble, packing.labelled(dict(zip(packing.SLOT_NAMES,
+                                                       packing.required(task))))):
+            def script(ctx, kind, text=text):
+                return {"plan": "p" + P.PLAN_END, "decision": "A",
+                        "prediction": packing.ACCEPT + P.PREDICTION_END}.get(
+                    kind, text + (P.DRAFT_END if kind == "draft" else ""))
+            [conv] = run_conversations([task], ScriptedPolicy(tok, script), ScriptedSimulator(),
+                                       tok, cfg, key=jax.random.key(0))
+            score_conversation(conv, cfg, tok)
+            efforts.append(conv.effort)
+    assert all(0 <= e <= 1 for e in efforts), efforts
+    assert efforts[0] > 0.9 and efforts[1] < efforts[0]

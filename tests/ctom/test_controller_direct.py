@@ -148,14 +148,10 @@ def test_packing_ends_when_a_shown_list_is_fully_right():
                     max_rounds=2)
     assert conv.end == "solved" and conv.score == 1.0 and len(conv.rounds) == 2
     assert conv.submission == packing.labelled(need) and conv.rounds[-1].reply is None
-    assert conv.rounds[0].reply == packing.need_phrase(packing.required(task))
+    assert conv.rounds[0].reply == packing.need_phrase([need["place"]])  # the one mismatch
     [done], _ = run({task.prompt: [packing.labelled(need)]}, [task])
     assert done.end == "solved" and len(done.rounds) == 1 and done.score == 1.0
-    # final_reply: the last round's list still gets the user's reply, and nothing more runs
-    [last], _ = run({task.prompt: [packing.labelled(wrong)]}, [task], max_rounds=1,
-                    final_reply=True)
-    assert last.end == "budget" and len(last.rounds) == 1 and last.score == 0.75
-    assert last.rounds[0].reply == packing.need_phrase(packing.required(task))
-    assert [r for r, _ in last.visible] == ["user", "assistant", "user"]
+    # the last round's list gets no reply (as in the paper), whatever it scores
     [quiet], _ = run({task.prompt: [packing.labelled(wrong)]}, [task], max_rounds=1)
+    assert quiet.end == "budget" and quiet.score == 0.75
     assert quiet.rounds[0].reply is None and len(quiet.visible) == 2

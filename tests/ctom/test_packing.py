@@ -33,19 +33,93 @@ def test_tasks_split_by_combination_cover_every_cue_and_follow_the_seed():
         packing.make_tasks(0, 10_000, 1)
 
 
-def test_user_names_the_whole_need_to_a_list_that_misses_then_extras_then_accepts():
+def test_user_names_the_single_most_important_mismatch_or_only_which_slot():
     task = packing.make_task("t", ["beach", "cold", "reading", "dog"])  # towel coat book leash
-    whole = "i need beach towel cold coat reading book dog leash ."
-    for shown in ("map coat rod leash", "towel coat book", "map fan rod cards",
-                  "what do you need ?", "what do you need ? book", ""):
-        assert packing.user_reply(task, shown) == whole, shown
-    assert packing.user_reply(task, "towel coat book leash map") == "i do not need map ."
-    assert packing.user_reply(task, "leash book coat towel") == packing.ACCEPT
-    assert is_satisfied(packing.ACCEPT) and not is_satisfied(whole)
-    assert not is_satisfied("i do not need map .")
+    cases = {  # shown -> (mismatch rule, which rule)
+        "map coat rod leash": ("i need beach towel .", "the place item is wrong ."),
+        "towel coat book": ("i need dog leash .", "the company item is missing ."),
+        "towel fan rod cards": ("i need cold coat .", "the weather item is wrong ."),
+        "map towel coat book leash": ("i need beach towel .", "the place item is wrong ."),
+        "what do you need ?": ("i need beach towel .", "the place item is missing ."),
+        "": ("i need beach towel .", "the place item is missing ."),
+    }
+    for shown, (mismatch, which) in cases.items():
+        assert packing.user_reply(task, shown) == mismatch, shown
+        assert packing.user_reply(task, shown, "which") == which, shown
+    for rule in packing.DISCLOSURES:  # a fully right list is accepted, extras or not
+        assert packing.user_reply(task, "leash book coat towel", rule) == packing.ACCEPT
+        assert packing.user_reply(task, "towel coat book leash map", rule) == packing.ACCEPT
+    assert is_satisfied(packing.ACCEPT)
+    assert not any(is_satisfied(r) for pair in cases.values() for r in pair)
     assert packing.need_phrase(["coat", "leash"]) == "i need cold coat dog leash ."
     with pytest.raises(ValueError, match="at least one item"):
         packing.need_phrase([])
+    with pytest.raises(ValueError, match="disclosure"):
+        packing.user_reply(task, "towel", "everything")
+
+
+def _revealed(reply: str, task, visible) -> set[str]:
+    """Needed items `reply` names that no earlier visible message had shown."""
+    shown = {i for _, text in visible for i in packing.items_in(text)}
+    return (set(packing.items_in(reply)) & set(packing.required(task))) - shown
+
+
+@pytest.mark.parametrize("disclosure", packing.DISCLOSURES)
+def test_no_reply_real_or_counterfactual_reveals_more_than_one_needed_item(disclosure):
+    """Random drafts (all-wrong and all-right ones among them), shown or discarded, through
+    the scripted user the trainer uses: every reply reveals at most one needed item the
+    visible conversation had not shown, and the replies depend on the draft."""
+    from jaxtom.ctom.controller import Conversation, Round
+    from jaxtom.ctom.targets import counterfactual_request
+    rng = np.random.default_rng(0)
+    sim = ScriptedSimulator(packing_disclosure=disclosure)
+    tasks = packing.make_tasks(1, 200, 0)[0]
+    requests, visibles = [], []
+    for n, task in enumerate(tasks):
+        need = dict(zip(packing.SLOT_NAMES, packing.required(task)))
+        drafts = []
+        for k in range(3):
+            kind = (n + k) % 4  # random, all wrong, all right, right but for one slot
+            slots = {s: packing.SLOTS[s][rng.integers(10)][1] for s in packing.SLOT_NAMES}
+            if kind == 1:
+                slots = {s: next(i for _, i in packing.SLOTS[s] if i != need[s])
+                         for s in packing.SLOT_NAMES}
+            elif kind >= 2:
+                slots = dict(need)
+                if kind == 3:
+                    s = packing.SLOT_NAMES[rng.integers(4)]
+                    slots[s] = next(i for _, i in packing.SLOTS[s] if i != need[s])
+            drafts.append(packing.labelled(slots))
+        visible = [("user", task.prompt)]
+        if n % 2:  # a later round: an earlier list and the user's reply to it are visible
+            earlier = drafts[0]
+            visible += [("assistant", earlier), ("user", packing.user_reply(task, earlier,
+                                                                             disclosure))]
+        conv = Conversation(task=task, visible=list(visible))
+        rnd = Round(0, "", "DRAFT", "DRAFT", drafts=drafts, predictions=["x"] * 3,
+                    history_len=len(visible))
+        for k in range(3):  # counterfactual queries for discarded drafts, real for the shown
+            requests.append(counterfactual_request(conv, rnd, k) if k < 2 else
+                            SimRequest(task, tuple(visible) + (("assistant", drafts[k]),)))
+            visibles.append(visible)
+    replies = [r.text for r in sim.reply(requests)]
+    counts = [len(_revealed(rep, req.task, vis)) for rep, req, vis in
+              zip(replies, requests, visibles)]
+    assert max(counts) <= 1
+    assert counts.count(1) > 100 if disclosure == "mismatch" else max(counts) == 0
+    assert packing.ACCEPT in replies  # the all-right drafts
+    # the target is a function of the draft: one task's drafts get different replies
+    per_task = {}
+    for req, rep in zip(requests, replies):
+        per_task.setdefault(req.task.id, set()).add(rep)
+    assert np.mean([len(v) > 1 for v in per_task.values()]) > 0.5
+
+
+def test_know_nothing_prediction_is_the_template_and_the_request():
+    task = packing.make_task("t", ["beach", "cold", "reading", "dog"])
+    guess = packing.know_nothing_prediction(task)
+    assert guess == "i need beach cold reading dog ." and not packing.items_in(guess)
+    assert not packing.items_in(packing.know_nothing_prediction(task, "which"))
 
 
 def test_score_is_the_share_of_right_slots_whatever_wraps_them():
@@ -95,27 +169,28 @@ def test_teacher_plays_both_prompts_and_uses_replies(tok):
         convs = tiny.teacher_conversations(tasks, tok, ctrl, np.random.default_rng(0))
         for c in convs:
             assert c.failed is None and c.score == packing.score(c.submission, c.task)
-            # one visible list; the user replies to it unless it solved the task
-            assert [r for r, _ in c.visible] == (["user", "assistant"] if c.end == "solved"
-                                                 else ["user", "assistant", "user"])
-            if c.end != "solved":
+            # two visible lists; the first gets the user's reply unless it solved the task,
+            # and the second list acts on that reply
+            roles = [r for r, _ in c.visible]
+            assert roles in (["user", "assistant"], ["user", "assistant", "user", "assistant"])
+            if len(roles) == 4:
                 assert c.visible[2][1] == packing.user_reply(c.task, c.visible[1][1])
+                for item in packing.items_in(c.visible[2][1]):
+                    assert packing.first_items(c.visible[3][1])[packing.ITEM_SLOT[item]] == item
         if mode == "ctom":
             revised = [r for c in convs for r in c.rounds if len(r.drafts) > 1]
             assert revised
             for r in revised:  # a revision takes in every item its prediction named
                 for pred, draft in zip(r.predictions, r.drafts[1:]):
                     assert set(packing.items_in(pred)) <= set(packing.items_in(draft))
-            for c in convs:  # a guessed need is worded as the user words one: every slot,
-                cues = packing.cues_in(c.task.prompt)  # each item after the request's cue
+            for c in convs:  # a guessed reply is worded as the user words one: one item
+                cues = packing.cues_in(c.task.prompt)  # after the request's cue
                 for r in c.rounds:
                     for pred in r.predictions:
                         if pred != packing.ACCEPT:
-                            items = packing.items_in(pred)
-                            assert [packing.ITEM_SLOT[i] for i in items] == list(
-                                packing.SLOT_NAMES), pred
-                            assert pred == packing.NEED.format(needs=" ".join(
-                                f"{cues[packing.ITEM_SLOT[i]]} {i}" for i in items)), pred
+                            [item] = packing.items_in(pred)
+                            cue = cues[packing.ITEM_SLOT[item]]
+                            assert pred == packing.NEED.format(needs=f"{cue} {item}"), pred
 
 
 def test_warmup_reply_rows_target_the_users_reply_to_the_draft_before_it(tok):

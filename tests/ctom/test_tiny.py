@@ -49,10 +49,14 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
     n = len(dump["pair_tasks"])
     assert n and all(len(m["pair_nll"]) == n for m in dump["methods"].values())
     assert all(len(m["conversations"]) == 8 for m in dump["methods"].values())
-    for name, m in dump["methods"].items():  # Replied: % of conversations with any reply
-        share = 100 * np.mean([bool(c["replies"]) for c in m["conversations"]])
-        # per-task means then their mean (eq. 10): the plain share, two per task
-        assert abs(rows[name]["Replied"] - share) < 1e-6, (name, rows[name]["Replied"], share)
+    for name, m in dump["methods"].items():  # C_effort (eq. 3) x 100, in the paper's range
+        effort = 100 * np.mean([c["effort"] for c in m["conversations"]])
+        # per-task means then their mean (eq. 10): the plain mean, two per task
+        assert abs(rows[name]["Effort"] - effort) < 1e-6, (name, rows[name]["Effort"], effort)
+        assert 0 <= rows[name]["Effort"] <= 100
+        # the know-nothing floor is scored on the same pairs as the prediction F1
+        paired = [c for c in m["conversations"] if c["lex_f1"] is not None]
+        assert all(c["lex_f1_floor"] is not None for c in paired)
 
 
 @pytest.mark.slow
