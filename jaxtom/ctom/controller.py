@@ -27,6 +27,7 @@ from typing import Callable, Protocol, Sequence
 
 import jax
 
+from jaxtom.ctom import packing
 from jaxtom.ctom import protocol as P
 from jaxtom.ctom.data import Task
 from jaxtom.ctom.effort import DomainSettings, combined_reward, domain_settings, effort_cost
@@ -139,8 +140,7 @@ def _solves(task: Task, message: str) -> bool:
     as a shown list is fully right (the user has nothing to add, as the paper's math user
     is not asked again once satisfied), so only lists that miss something cost a reply."""
     if task.domain == "packing":
-        from jaxtom.ctom.packing import score as score_packing
-        return score_packing(message, task) == 1.0
+        return packing.score(message, task) == 1.0
     return task.domain == "math" and bool(score_math(message, task.reference))
 
 
@@ -286,8 +286,7 @@ def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
             from jaxtom.ctom.sandbox import score_coding as code_scorer
         conv.score = code_scorer(conv.submission, task.tests or "") if conv.submission else 0.0
     elif task.domain == "packing":
-        from jaxtom.ctom.packing import score as score_packing
-        conv.score = score_packing(conv.submission, task)
+        conv.score = packing.score(conv.submission, task)
     else:
         conv.score = rouge_l_f1(conv.submission, task.reference) if conv.submission else 0.0
     d = domain_settings(task.domain)

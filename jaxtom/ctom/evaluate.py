@@ -16,6 +16,7 @@ import dataclasses
 import jax
 
 from jaxtom import storage
+from jaxtom.ctom import packing
 from jaxtom.ctom.controller import ControllerConfig, Conversation, run_conversations
 from jaxtom.ctom.metrics import (action_shares, clustered_mean_sem, conversation_f1,
                                  math_conversation_f1, self_revision_gain, user_effort)
@@ -76,8 +77,7 @@ def floor_f1(conv: Conversation, disclosure: str = "mismatch") -> float | None:
     same pairs as `prediction_f1`; None off the packing domain."""
     if conv.task.domain != "packing":
         return None
-    from jaxtom.ctom.packing import know_nothing_prediction
-    guess = know_nothing_prediction(conv.task, disclosure)
+    guess = packing.know_nothing_prediction(conv.task, disclosure)
     preds = [None if p is None else guess for p in round_predictions(conv)]
     return conversation_f1(preds, [r.reply for r in conv.rounds])
 
@@ -87,8 +87,7 @@ def draft_score(text: str, task) -> float | None:
     the sandbox for every draft)."""
     from jaxtom.ctom.scoring import rouge_l_f1, score_math
     if task.domain == "packing":
-        from jaxtom.ctom.packing import score
-        return score(text, task)
+        return packing.score(text, task)
     if task.domain == "math":
         return float(bool(score_math(text, task.reference)))
     if task.domain == "writing":

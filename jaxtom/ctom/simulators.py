@@ -19,6 +19,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, Sequence
 
+from jaxtom.ctom import packing
 from jaxtom.ctom.data import Task
 from jaxtom.ctom.prompts import ANSWER_MARKER, SIMULATOR_PROMPTS, fill_template
 from jaxtom.ctom.satisfaction import END_SIGNAL
@@ -174,8 +175,7 @@ class ScriptedSimulator:
                 return "ok, that's right."
             return "That's wrong, could you double-check your work?"
         if task.domain == "packing":
-            from jaxtom.ctom.packing import user_reply
-            return user_reply(task, last, self.packing_disclosure)
+            return packing.user_reply(task, last, self.packing_disclosure)
         facts = _facts(task.hidden) or ["I have no additional requirement for that"]
         is_code = task.domain == "coding" and "def task_func" in last
         if is_code:

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxtom.ctom.controller import Conversation
-from jaxtom.ctom.protocol import PREDICTION_END
+from jaxtom.ctom.protocol import PREDICTION_END, ChatGlue
 from jaxtom.ctom.simulators import SimRequest, UserSimulator
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,6 @@ def reply_targets(convs: Sequence[Conversation], tok) -> list[PredictionTarget]:
     the user's next chat turn, i.e. context = the round's tokens through the response and the
     opening of the user turn, target = the reply and its end of turn. The same NLL as CToM's
     predictions on the same kind of label, without a prediction slot or a revision."""
-    from jaxtom.ctom.protocol import ChatGlue
     glue = ChatGlue.from_tokenizer(tok)
     opening = tok.encode(glue.assistant_to_user)
     end_of_turn = tok.decode(tok.encode(glue.user_to_assistant)[:1])
