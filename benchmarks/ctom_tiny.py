@@ -281,7 +281,13 @@ def main(argv=None) -> dict:
     results = load(root, seeds, list(VARIANTS))
     methods = list(dict.fromkeys(name for _, name in sorted(results, key=lambda k: k[0])))
     print(table(results, seeds, methods))
-    summary: dict = {"seeds": seeds, "timings": timings, "pooled": {}, "provenance": start}
+    summary: dict = {"seeds": seeds, "timings": timings, "pooled": {}, "provenance": start,
+                     "per_seed": {f"{seed}|{m}": {c: [round(r["summary"].get(c, math.nan), 3),
+                                                       round(r["summary"].get(c + "_sem",
+                                                                              math.nan), 3)]
+                                                   for c in COLS}
+                                  for (seed, m), r in sorted(results.items(),
+                                                             key=lambda kv: kv[0][0])}}
     print("\npooled over seeds " + ",".join(map(str, seeds)) + " (task-clustered SE)")
     for m in methods:
         row = {f: pooled(results, m, f, seeds) for f in FIELDS}
