@@ -71,11 +71,14 @@ def run_dir(root: Path, seed: int, variant: str) -> Path:
 def step_seconds(wd: Path) -> list[float]:
     rows = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
-    return [r["step_seconds"] for r in rows if "step_seconds" in r]
+    key = "time/step_seconds"
+    return [r.get(key, r.get("step_seconds")) for r in rows
+            if key in r or "step_seconds" in r]
 
 
 def wall_matched_steps(root: Path, seed: int) -> int:
-    """Naive GRPO steps that take CToM's training wall time (both measured on this seed)."""
+    """Naive GRPO steps that take CToM's training wall time (both measured on this seed, from
+    the trainer's `time/step_seconds`)."""
     ctom, naive = (step_seconds(run_dir(root, seed, v)) for v in ("ctom", "naive"))
     if not ctom or not naive:
         raise RuntimeError(f"seed {seed}: naive_wall needs the ctom and naive runs first")

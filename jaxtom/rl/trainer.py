@@ -331,7 +331,9 @@ class Trainer:
             for step in range(start, cfg.total_steps):
                 began = time.perf_counter()
                 state, metrics = self.train_step(state, data.next_local(), step)
-                metrics["step_seconds"] = time.perf_counter() - began  # rollout + update
+                # wall time of the rollout and update: under "time/", which comparisons of
+                # runs leave out (it is the one logged value that is not reproducible)
+                metrics["time/step_seconds"] = time.perf_counter() - began
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix({k: f"{metrics[k]:.3g}" for k in

@@ -118,7 +118,8 @@ ADAM_ILL_FRACTION = 1e-4  # seen: 7 of 131,072 embedding entries (a VL stand-in'
 def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate=None,
                     skip=()):
     """`learning_rate`: the phase's own, when not the config's `step.learning_rate` (a
-    MindZero warm-up's); metrics whose names start with one of `skip` are not compared."""
+    MindZero warm-up's); metrics whose names start with one of `skip` are not compared, nor
+    the wall times under "time/"."""
     rel, adam = run_tolerances(args, model)
     if learning_rate is not None:
         adam = dict(adam, learning_rate=learning_rate)
@@ -127,7 +128,7 @@ def assert_same_run(a: Path, b: Path, step: int, args, model=None, learning_rate
     for x, y in zip(ma, mb):
         assert x.keys() == y.keys()
         for k in x:
-            if k.startswith(tuple(skip)):
+            if k.startswith(tuple(skip) + ("time/",)):
                 continue
             r = rel["eta" if k == "eta" else "norm" if k.startswith("grad_norm") else "value"]
             assert abs(x[k] - y[k]) <= r * max(1.0, abs(x[k])), (k, x[k], y[k], r)

@@ -26,6 +26,8 @@ def _run(workdir):
     train(cfg, progress=False)
     lines = [json.loads(x) for x in (workdir / "ssrl" / "metrics.jsonl").read_text().split("\n")
              if x]
+    # every logged value but the wall times ("time/"), which no two runs share
+    lines = [{k: v for k, v in line.items() if not k.startswith("time/")} for line in lines]
     model, _ = load_model(cfg, workdir / "checkpoint")
     params = [np.asarray(x) for x in jax.tree.leaves(nnx.state(model))]
     return lines, params, (workdir / "tokenizer.json").read_text()
