@@ -90,7 +90,7 @@ def run(root: Path, seed: int, variant: str, rerun: bool) -> dict:
     overrides, mode, _, group = VARIANTS[variant]
     overrides = list(overrides)
     wd = run_dir(root, seed, variant)
-    out = {"seed": seed, "variant": variant, "workdir": str(wd)}
+    out = {"seed": seed, "variant": variant, "run": wd.name}  # a directory under --root
     if variant == "naive_wall":
         steps = wall_matched_steps(root, seed)
         overrides += [f"trainer.total_steps={steps}", f"step.total_steps={steps}"]
@@ -106,7 +106,7 @@ def run(root: Path, seed: int, variant: str, rerun: bool) -> dict:
         wd.mkdir(parents=True, exist_ok=True)
         shutil.copy(donor / "tokenizer.json", wd / "tokenizer.json")
         shutil.copytree(donor / "warmup", wd / "warmup")
-        out["warmup_from"] = str(donor)
+        out["warmup_from"] = donor.name
     args = [CONFIG, f"trainer.seed={seed}", f"trainer.workdir={wd}", "trainer.progress=false",
             *overrides]
     for command in ("train", "eval"):
