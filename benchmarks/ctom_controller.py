@@ -19,13 +19,16 @@ and reports their median instead.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 
 import jax
 from jax import monitoring
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -87,7 +90,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--draft-cap", type=int, default=16)
     ap.add_argument("--prediction-cap", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=0)
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_args(argv)
+    record = Run("ctom_controller")
     load_before = os.getloadavg()
 
     model, tok = load_smollm2()
@@ -157,7 +163,7 @@ def main(argv=None) -> dict:
               f"identical: {identical}", flush=True)
     result["load_before"] = [round(x, 2) for x in load_before]
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
     assert ok, "kept-cache transcripts differ from the re-prefill path's"
     return result
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import re
 
 import jax
@@ -36,6 +35,10 @@ from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.evaluate import method_name, models_to_evaluate
 from jaxtom.ctom.train import (evaluation_tasks, load_ctom_config, make_simulator,
                                policy_and_tokenizer, sampler_policy)
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 
 def slots_right(text: str | None, task) -> np.ndarray:
@@ -127,7 +130,10 @@ def main() -> None:
     ap.add_argument("--mode", choices=("ctom", "direct"), default="ctom")
     ap.add_argument("--config", default="configs/ctom_tiny.py")
     ap.add_argument("overrides", nargs="*")
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_intermixed_args()
+    record = Run("ctom_loop")
     overrides = [f"trainer.workdir={args.run_dir}", f"ctom.controller.mode={args.mode}",
                  *args.overrides]
     config, s = load_ctom_config(args.config, overrides)
@@ -155,7 +161,7 @@ def main() -> None:
             print(line)
         for k, v in d["counts"].items():
             print(f"  {k}: {v}")
-    print(json.dumps(report))
+    record.emit(report, save=args.save)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.heldout import heldout_pairs, mean_se, pair_nll
 from jaxtom.ctom.train import (CToMTrainer, load_model_and_tokenizer, make_simulator,
                                sampler_policy)
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 
 def train_one(config, tok, tasks, lambda_pred: float, workdir: str):
@@ -73,7 +77,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--heldout-rounds", type=int, default=2,
                     help="visible rounds of a held-out conversation (a real reply to a shown "
                          "draft needs a next round; training keeps the config's rounds)")
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_args(argv)
+    record = Run("ctom_prediction")
 
     config = apply_overrides(experiments.smollm2_config(args.domain), [
         f"model.lora_rank={args.rank}", f"model.lora_alpha={float(args.rank)}", "step.lora=true",
@@ -152,7 +159,7 @@ def main(argv=None) -> dict:
               f"| {rm:+.3f} ± {re_:.3f} |")
     dm, de = results["difference_1_minus_0"]
     print(f"paired difference (lambda_pred=1 - lambda_pred=0): {dm:+.3f} ± {de:.3f}")
-    print(json.dumps(results))
+    record.emit(results, save=args.save)
     return results
 
 

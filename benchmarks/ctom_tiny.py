@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -39,6 +37,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+try:
+    from benchmarks.provenance import load as load_average, machine
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import load as load_average, machine
 
 CONFIG = "configs/ctom_tiny.py"
 BASE_STEPS = 60  # configs/ctom_tiny.py's trainer.total_steps
@@ -239,27 +242,6 @@ def table(results: dict, seeds, methods) -> str:
     return "\n".join(lines)
 
 
-def provenance() -> dict:
-    """Versions, commit and machine of the run behind the figures."""
-    from importlib.metadata import PackageNotFoundError, version
-    vers = {}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "tokenizers", "numpy"):
-        try:
-            vers[pkg] = version(pkg)
-        except PackageNotFoundError:
-            vers[pkg] = None
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "jaxtom", "configs"],
-                           capture_output=True, text=True)
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) \
-        if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"versions": vers, "python": platform.python_version(),
-            "commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip()),
-            "cpu": cpu, "cores": os.cpu_count(), "load": [round(x, 2) for x in os.getloadavg()]}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default="runs/ctom_tiny")
@@ -274,7 +256,7 @@ def main(argv=None) -> dict:
     seeds = [int(s) for s in args.seeds.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     extra = [v for v in args.extra_seed0.split(",") if v]
-    start = provenance()
+    start = machine()
     timings = []
     if not args.report_only:
         for seed in seeds:
@@ -332,7 +314,7 @@ def main(argv=None) -> dict:
             nll[f"{b} - {a}"] = [round(d[0], 4), round(d[1], 4)]
             print(f"held-out reply NLL, {b} - {a}: {d[0]:+.3f} ± {d[1]:.3f} nats/token")
     summary["nll_nats_per_token"] = nll
-    summary["provenance_end_load"] = [round(x, 2) for x in os.getloadavg()]
+    summary["provenance"]["load_end"] = load_average()
     line = json.dumps(summary)
     print(line)
     if args.save:

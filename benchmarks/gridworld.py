@@ -25,7 +25,6 @@ average.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,10 @@ from jaxtom.gridworld import reference
 from jaxtom.gridworld.inference import goal_log_likelihoods
 from jaxtom.gridworld.simulation import reset_batch, rollout_batch
 from jaxtom.gridworld.types import EnvParams
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 try:
     from benchmarks import numpy_baselines
@@ -107,7 +110,10 @@ def main() -> None:
     parser.add_argument("--numpy-episodes", type=int, default=8,
                         help="episodes per call of the vectorised NumPy likelihood")
     parser.add_argument("--numpy-dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args()
+    record = Run("gridworld")
     params = EnvParams()
     key = jax.random.key(0)
     goals = params.num_goals
@@ -244,7 +250,7 @@ def main() -> None:
           f"{oracle_lik_per_s:10,.0f} likelihoods/s, ratio {oracle_speedup:,.0f}x")
     print(f"    episode construction: jaxtom {args.batch / reset_s:,.0f}/s (all-pairs BFS in "
           f"JAX), oracle BFS cache setup is lazy ({ref_build[0]:.4f}s total)")
-    print(json.dumps({
+    record.emit({
         "env_steps_per_s": round(env_steps_per_s),
         "env_steps_per_s_scalar_oracle": round(ref_env_steps_per_s),
         "env_speedup_vs_scalar_oracle": round(env_speedup, 1),
@@ -260,7 +266,7 @@ def main() -> None:
         "resets_per_s": round(args.batch / reset_s),
         "episodic_env_steps_per_s": round(episodic_steps / episodic_s),
         "batch": args.batch, "rounds": args.rounds,
-        "load_average": [round(load_before, 2), round(load_after, 2)]}))
+        "load_average": [round(load_before, 2), round(load_after, 2)]}, save=args.save)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import grpo_step  # noqa: E402
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 G, PROMPT, MAX_COMPLETION, MIN_COMPLETION = 8, 512, 512, 16
 
@@ -106,7 +110,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
+    record = Run("grpo_headline")
     try:
         import tunix  # noqa: F401
     except ImportError:
@@ -159,7 +166,7 @@ def main(argv=None) -> dict:
           f"{r['dense_same_flops_per_flop_efficiency']:.2f}x "
           f"({r['dense_same_flops_per_flop_efficiency_min_max'][0]:.2f}-"
           f"{r['dense_same_flops_per_flop_efficiency_min_max'][1]:.2f})")
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
     return result
 
 

@@ -46,6 +46,10 @@ import tempfile
 import time
 
 import numpy as np
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 try:
     from benchmarks import sampling as base
@@ -321,7 +325,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--smollm2-max-len", type=int, default=128)
     parser.add_argument("--smollm2-steps", type=int, default=6)
     base.add_thread_options(parser)
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
+    record = Run("grpo_iteration")
     threads = base.apply_thread_options(args)  # before JAX starts
     log = watch_compiles()
     names = args.models.split(",")
@@ -347,7 +354,7 @@ def main(argv=None) -> dict:
         result["speedup_vs_tunix"] = min(ratios.values())  # the smaller of the models'
         print(f"speedup vs tunix, the smaller over {sorted(ratios)}: "
               f"{result['speedup_vs_tunix']:.2f}x")
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
     return result
 
 

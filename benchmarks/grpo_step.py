@@ -53,6 +53,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jaxtom.plan import xla_memory  # noqa: E402  (the figure `jaxtom plan` reports)
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 try:
     from benchmarks import parity  # noqa: E402
@@ -299,7 +303,10 @@ def main():
                         help="draws the batches' tokens, rewards and completion lengths")
     parser.add_argument("--conversation", type=int, default=512,
                         help="prompt tokens of the CToM-shaped batch (groups of 4; 0 skips)")
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args()
+    record = Run("grpo_step")
     try:
         import tunix  # noqa: F401
         with_tunix = True
@@ -368,7 +375,7 @@ def main():
     else:
         print("tunix not installed: only jaxtom was measured (install the bench extra in a "
               "separate venv to compare)")
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
 
 
 if __name__ == "__main__":

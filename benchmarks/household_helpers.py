@@ -15,7 +15,6 @@ The last line is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -25,6 +24,10 @@ from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
 from jaxtom.household.evaluate_assist import evaluate_helpers, markdown, paired_margin
 from jaxtom.household.human import HumanParams
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 
 def main():
@@ -35,7 +38,10 @@ def main():
     ap.add_argument("--qa-episodes", type=int, default=48)
     ap.add_argument("--skip-assist", action="store_true")
     ap.add_argument("--skip-qa", action="store_true")
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_args()
+    record = Run("household_helpers")
     out = {"assist": {}, "qa": {}, "observation": args.observation}
     cfg = assist.AssistConfig(human=HumanParams(full_observation=args.observation == "full"))
     for seed in args.seeds:
@@ -71,7 +77,7 @@ def main():
             summary[method] = (float(np.mean(vals)), [round(v, 1) for v in vals])
         print("speedup (%) mean over seeds [per seed]:", summary)
     out["summary"] = summary
-    print(json.dumps(out, default=float))
+    record.emit(out, save=args.save)
 
 
 if __name__ == "__main__":

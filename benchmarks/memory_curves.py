@@ -16,7 +16,6 @@ blockwise beyond 2,048 tokens).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from jaxtom.plan import xla_memory  # noqa: E402
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 # Hugging Face config.json fields of the three Qwen3 shapes (vocabulary 151,936)
 SHAPES = {
@@ -118,7 +121,10 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="0.6b,4b,8b")
     parser.add_argument("--rows", default="1024,4096,16384", help="row lengths in tokens")
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
+    record = Run("memory_curves")
     try:
         import tunix  # noqa: F401
         with_tunix = True
@@ -152,7 +158,7 @@ def main(argv=None) -> dict:
                 result["curves"][f"4b_{rows[-1]}"]["ratio_vs_tunix"])
     if not with_tunix:
         print("tunix not installed: only jaxtom was measured")
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
     return result
 
 

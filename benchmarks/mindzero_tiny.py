@@ -28,6 +28,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 
 def trainer_checkpoint_model(model, state_dir: Path):
@@ -157,7 +161,10 @@ def main(argv=None) -> None:
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--no-candidates", action="store_true",
                         help="skip scoring every saved checkpoint")
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
+    record = Run("mindzero_tiny")
     rows = []
     for run in args.runs:
         row = seed_row(run)
@@ -205,7 +212,7 @@ def main(argv=None) -> None:
             print(f"seed {r['seed']} held-out log score by checkpoint: " + ", ".join(
                 f"{s}: {c['log_score']:.3f}" for s, c in sorted(sel["candidates"].items()))
                   + f"; kept {sel['kept']}, within 1 SE of the best: {sel['within_1se']}")
-    print(json.dumps({"seeds": rows, "summary": summary}, default=float))
+    record.emit({"seeds": rows, "summary": summary}, save=args.save)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ compared. Parsing (Python, shared by all) is timed separately. Last line: one JS
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,10 @@ from jaxtom.gridworld import EnvParams, generate_episodes, goal_pairs
 from jaxtom.mindzero import elbo_reward_batch, format_particles, parse_particles, to_arrays
 from jaxtom.mindzero.reference import elbo_reward_one
 from jaxtom.gridworld.text import object_labels
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 try:
     from benchmarks import numpy_baselines
@@ -55,7 +58,10 @@ def main():
                     help="time budget of the scalar oracle's per-sample loop")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--numpy-dtype", choices=("float32", "float64"), default="float32")
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_args()
+    record = Run("reward")
     load_before = os.getloadavg()[0]
     numpy_dtype = np.dtype(args.numpy_dtype).type
 
@@ -148,7 +154,7 @@ def main():
           f"{ref_s:.1f} s -> {ref_rate:10,.1f} samples/s; jaxtom {jax_rate / ref_rate:,.0f}x "
           f"vs it; max relative difference jaxtom {err:.2e}, NumPy {numpy_ref_err:.2e}")
     print(f"parsing {B / parse_s:,.0f} completions/s (Python, shared by all)")
-    print(json.dumps({"samples": B, "samples_per_s": round(jax_rate, 1),
+    record.emit({"samples": B, "samples_per_s": round(jax_rate, 1),
                       "numpy_samples_per_s": round(numpy_rate, 1),
                       "speedup": round(jax_rate / numpy_rate, 2),
                       "numpy_dtype": args.numpy_dtype, "numpy_max_rel_diff": numpy_err,
@@ -156,7 +162,7 @@ def main():
                       "speedup_vs_scalar_oracle": round(jax_rate / ref_rate, 1),
                       "parse_per_s": round(B / parse_s, 1), "max_rel_diff": err,
                       "repeats": args.repeats,
-                      "load_average": [round(load_before, 2), round(load_after, 2)]}))
+                      "load_average": [round(load_before, 2), round(load_after, 2)]}, save=args.save)
 
 
 if __name__ == "__main__":

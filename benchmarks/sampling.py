@@ -31,13 +31,16 @@ per side, process CPU time over wall time during its timed calls (the cores it k
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 
 import numpy as np
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 # rope_theta 1e6: what tunix's Qwen3 computes with whatever its config says (parity.py)
 CONFIG = dict(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
@@ -219,7 +222,10 @@ def main(argv=None) -> dict:
                         help="also decode with the real SmolLM2-135M weights")
     parser.add_argument("--smollm2-batches", default="8,32")
     parser.add_argument("--smollm2-repeats", type=int, default=3)
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
+    record = Run("sampling")
     threads = apply_thread_options(args)  # before JAX starts
 
     from jaxtom import models
@@ -276,7 +282,7 @@ def main(argv=None) -> dict:
                                           args.smollm2_repeats)
     result["cores_busy"] = cores_busy()
     print(f"cores busy (process CPU / wall over the timed calls): {result['cores_busy']}")
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
     return result
 
 

@@ -26,10 +26,13 @@ over hundreds of random-model steps; the teacher-forced log-probs are checked to
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 
 import numpy as np
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 try:
     from benchmarks import sampling as base
@@ -153,7 +156,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--smollm2", action="store_true",
                         help="also on SmolLM2-135M vs transformers")
     parser.add_argument("--smollm2-batch", type=int, default=8)
+    parser.add_argument("--save", action="store_true",
+                        help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
+    record = Run("sampling_ragged")
     threads = base.apply_thread_options(args)  # before JAX starts
 
     import torch
@@ -241,7 +247,7 @@ def main(argv=None) -> dict:
         result["smollm2"] = smollm2_side(args.smollm2_batch, args.prompt_len, args.max_len,
                                          args.repeats)
     result["cores_busy"] = base.cores_busy()
-    print(json.dumps(result))
+    record.emit(result, save=args.save)
     return result
 
 

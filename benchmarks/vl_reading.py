@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +54,10 @@ from jaxtom.mindzero.observation import HostEpisodes, approach_order
 from jaxtom.mindzero.warmup import teacher_rollout, warmup_step_config, warmup_trainer_config
 from jaxtom.gridworld.render import TRACE_FILL
 from jaxtom.rl.trainer import Trainer
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
 
 KINDS = ("solid", "needle", "marked", "lead", "caption", "cells_lead", "cells_caption",
          "cells_partner", "recency_partner")
@@ -199,7 +202,10 @@ def main():
                     help="the tiny tower's patch size; 32 merges nothing (one patch per token)")
     ap.add_argument("--cell", type=int, default=32,
                     help="px per grid cell (32: one LLM token per cell; 16: one patch per cell)")
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_args()
+    record = Run("vl_reading")
     kinds = args.kinds.split(",")
     if args.patch != 16:  # one patch per LLM token: no 2x2 merge
         vl_train.TINY_VISION = dict(vl_train.TINY_VISION, patch_size=args.patch,
@@ -209,9 +215,9 @@ def main():
         raise SystemExit(f"unknown kinds {unknown}; expected some of {KINDS}")
     figures = {k: run(k, args.steps, args.lr, args.seed, args.evals, args.observation,
                       args.pictures, args.cell) for k in kinds}
-    print(json.dumps({"steps": args.steps, "lr": args.lr, "seed": args.seed, "cell": args.cell,
+    record.emit({"steps": args.steps, "lr": args.lr, "seed": args.seed, "cell": args.cell,
                       "patch": args.patch,
-                      "observation": args.observation, **figures}))
+                      "observation": args.observation, **figures}, save=args.save)
 
 
 if __name__ == "__main__":
