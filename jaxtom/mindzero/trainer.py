@@ -13,6 +13,7 @@ saved on their own (`checkpoint/`, `warmup/`) for evaluation.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import jax
@@ -142,7 +143,9 @@ class ParticleRollout:
                    for task in tasks for _ in range(G)]
         episode = np.repeat([int(task["episode"]) for task in tasks], G)
         t = np.repeat([int(task["t"]) for task in tasks], G)
+        began = time.perf_counter()
         completions = self.generate(model, prompts, tasks, key)
+        sampled = time.perf_counter()
         texts = [self.codec.decode(s) for s in completions]
         parsed = [parse_particles(x, self.view.labels[e], mode="train", num_particles=n,
                                   duplicates=self.config.mindzero.reward.duplicates)
@@ -169,7 +172,9 @@ class ParticleRollout:
                            "completion_tokens": float(np.mean([len(s) for s in completions])),
                            # groups whose samples all scored the same teach nothing (collapse)
                            "flat_groups": float(np.mean(np.ptp(reward.reshape(-1, G),
-                                                               axis=1) == 0))})
+                                                               axis=1) == 0)),
+                           "time/sample_seconds": sampled - began,
+                           "time/reward_seconds": time.perf_counter() - sampled})
 
     def explore(self) -> dict:
         """The sampler's exploration arguments (`trainer.explore_temperature`: the digit

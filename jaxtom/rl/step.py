@@ -154,6 +154,11 @@ class Learner(RowPlacement):
                 out_shardings=(state_sh, rep), donate_argnums=(0,))
         return self._compiled[key]
 
+    @property
+    def program_count(self) -> int:
+        """How many update programs this learner has built (each compiles on first use)."""
+        return len(self._compiled)
+
     def step(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
         """Alias of `update` (the name existing callers use)."""
         return self.update(state, batch)

@@ -339,14 +339,18 @@ class Trainer:
                     bar.set_postfix({k: f"{metrics[k]:.3g}" for k in
                                      ("reward_mean", "loss_grpo", "eval/top1") if k in metrics})
                 if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+                    began = time.perf_counter()
                     model = self.learner.model(state)
                     for hook in self.eval_hooks:
                         metrics.update({f"eval/{k}": float(v)
                                         for k, v in hook(step + 1, model).items()})
+                    metrics["time/monitor_seconds"] = time.perf_counter() - began
+                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.total_steps:
+                    began = time.perf_counter()
+                    ckpt.save(step + 1, state, data.get_state())
+                    metrics["time/checkpoint_seconds"] = time.perf_counter() - began
                 if (step + 1) % cfg.log_every == 0:
                     logger.log(step + 1, metrics)
-                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.total_steps:
-                    ckpt.save(step + 1, state, data.get_state())
         finally:
             if bar is not None:
                 bar.close()
@@ -357,16 +361,33 @@ class Trainer:
     def train_step(self, state: TrainState, tasks: list[dict], step: int):
         # the key data is replicated over the (possibly multi-process) mesh: take this
         # process's copy, so rollouts run on local devices only
+        clock = [time.perf_counter()]
+
+        def lap() -> float:  # seconds since the previous lap
+            clock.append(time.perf_counter())
+            return clock[-1] - clock[-2]
+
         rng = np.asarray(state.rng.addressable_data(0))
         key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
         rollout = self.rollout_fn(self.learner.sampling_model(state), tasks, key, step)
+        parts = {"time/rollout_seconds": lap()}
         batch = pack_rollout(rollout, self.cfg)
+        parts["time/pack_seconds"] = lap()
         own_rows = rollout.batch is not None and not rollout.batch_is_global
         put = self.learner.put_batch if own_rows else self.learner.put_global_batch
+        # placed and waited for, so the update's time is its own
+        batch = jax.block_until_ready(put(batch))
+        parts["time/to_device_seconds"] = lap()
+        programs = self.learner.program_count
         update = getattr(self.learner, "update", self.learner.step)
-        state, metrics = update(state, put(batch))
+        state, metrics = update(state, batch)
+        metrics = jax.block_until_ready(metrics)
+        parts["time/update_seconds"] = lap()
+        parts["time/update_compiled"] = float(self.learner.program_count > programs)
         out = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        parts["time/from_device_seconds"] = lap()
         out.update(distributed.weighted_mean(rollout.metrics, rollout.count))
+        out.update(parts)
         if "reward_sq" in out:
             out["reward_std"] = float(np.sqrt(max(out.pop("reward_sq")
                                                   - out["reward_mean"] ** 2, 0.0)))
