@@ -1,9 +1,10 @@
 """Hugging Face safetensors directories <-> sharded decoder state.
 
-Tensors are memory-mapped and each device reads only its own slice
-(`jax.make_array_from_callback`), so an 8B checkpoint never has a second full host copy.
-A directory may be local or remote (`gs://...`, through etils.epath). Exporting streams one
-tensor at a time to process 0, which alone writes.
+Each process reads, by byte range, only the blocks of the tensors its devices hold, once
+however many of its devices hold the same block, so an 8B checkpoint never has a second
+full host copy and no host fetches another's share. A directory may be local or remote
+(`gs://...`, through etils.epath). Exporting streams one tensor at a time to process 0,
+which alone writes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from jaxtom import parallel, storage
+from jaxtom.models.byte_ranges import Box, box_ranges, read_ranges
 from jaxtom.models.config import ModelConfig, config_to_hf_dict, load_hf_config
 from jaxtom.models.decoder import Decoder
 
@@ -55,15 +57,14 @@ def is_transposed(param: str) -> bool:
 
 
 class SafetensorsSource:
-    """Tensors of one or many `.safetensors` files: memory-mapped when local, read by byte
-    range through epath when remote (`gs://...`). Every header and every tensor's byte range
-    is checked against its file's size when opened, so a truncated or garbled file fails
-    with one error naming the file and the tensor instead of deep inside a reshape."""
+    """Tensors of one or many `.safetensors` files, local or remote (`gs://...`, through
+    epath), read by byte range: a box of a tensor costs exactly its bytes. Every header and
+    every tensor's byte range is checked against its file's size when opened, so a truncated
+    or garbled file fails with one error naming the file and the tensor instead of deep
+    inside a reshape."""
 
     def __init__(self, files: Iterable):
         self._index: dict[str, tuple[epath.Path, str, tuple[int, ...], int]] = {}
-        self._maps: dict[epath.Path, np.memmap] = {}
-        self._last: tuple[str, np.ndarray] | None = None  # remote: one tensor at a time
         for file in map(storage.path, files):
             for name, entry in _read_header(file).items():
                 self._index[name] = (file, *entry)
@@ -76,21 +77,37 @@ class SafetensorsSource:
         return self._index[name][2]
 
     def read(self, name: str) -> np.ndarray:
-        """A lazy (memory-mapped) view of a local file, slicing it reads only the slice; a
-        remote tensor is fetched whole once and kept until another one is read."""
-        file, dtype, shape, offset = self._index[name]
-        nbytes = math.prod(shape) * np.dtype(_ST_DTYPES[dtype]).itemsize
-        if storage.is_uri(file):
-            if self._last is None or self._last[0] != name:
-                with file.open("rb") as fh:
-                    fh.seek(offset)
-                    raw = np.frombuffer(fh.read(nbytes), np.uint8)
-                self._last = (name, raw.view(_ST_DTYPES[dtype]).reshape(shape))
-            return self._last[1]
-        if file not in self._maps:
-            self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
-        raw = self._maps[file][offset:offset + nbytes]
-        return raw.view(_ST_DTYPES[dtype]).reshape(shape)
+        """One whole tensor."""
+        return self.read_boxes([(name, tuple((0, n) for n in self.shape(name)))])[0]
+
+    def read_boxes(self, requests: list[tuple[str, Box]]) -> list[np.ndarray]:
+        """The box (a start and stop per axis) of each named tensor, reading only the box's
+        bytes; the requests of one file go out as one batch of byte ranges."""
+        runs, by_file = [], {}
+        for i, (name, box) in enumerate(requests):
+            file, dtype, shape, offset = self._index[name]
+            starts, size = box_ranges(shape, np.dtype(_ST_DTYPES[dtype]).itemsize, offset,
+                                      tuple(box))
+            runs.append((starts, size))
+            by_file.setdefault(file, []).append(i)
+        raw: list[bytes] = [b""] * len(requests)
+        for file, members in by_file.items():
+            starts = np.concatenate([runs[i][0] for i in members])
+            ends = starts + np.concatenate([np.full(len(runs[i][0]), runs[i][1], np.int64)
+                                            for i in members])
+            with file.open("rb") as fh:
+                chunks = read_ranges(fh, starts, ends, str(file))
+            at = 0
+            for i in members:
+                n = len(runs[i][0])
+                raw[i] = chunks[at] if n == 1 else b"".join(chunks[at:at + n])
+                chunks[at:at + n] = [b""] * n  # each run's bytes held once at a time
+                at += n
+        out = []
+        for (name, box), data in zip(requests, raw):
+            dtype = _ST_DTYPES[self._index[name][1]]
+            out.append(np.frombuffer(data, dtype).reshape([b - a for a, b in box]))
+        return out
 
 
 def _read_header(file: epath.Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
@@ -99,16 +116,15 @@ def _read_header(file: epath.Path) -> dict[str, tuple[str, tuple[int, ...], int]
     damaged = "(truncated or damaged checkpoint?)"
     with file.open("rb") as fh:
         size = fh.seek(0, 2)
-        fh.seek(0)
-        head = fh.read(8)
-        if len(head) < 8:
+        if size < 8:
             raise ValueError(f"{file}: {size} bytes is too short for a safetensors header "
                              f"{damaged}")
+        (head,) = read_ranges(fh, [0], [8], str(file))
         (n,) = struct.unpack("<Q", head)
         if 8 + n > size:
             raise ValueError(f"{file}: the header claims {n} bytes but the file has {size} "
                              f"bytes {damaged}")
-        blob = fh.read(n)
+        (blob,) = read_ranges(fh, [8], [8 + n], str(file))
     try:
         header = json.loads(blob)
     except ValueError as err:  # json.JSONDecodeError and UnicodeDecodeError included
@@ -154,6 +170,10 @@ class ArraySource:
 
     def read(self, name: str) -> np.ndarray:
         return self._arrays[name]
+
+    def read_boxes(self, requests: list[tuple[str, Box]]) -> list[np.ndarray]:
+        return [self._arrays[name][tuple(slice(a, b) for a, b in box)]
+                for name, box in requests]
 
 
 def open_hf_dir(path) -> SafetensorsSource:
@@ -206,20 +226,21 @@ def check_tensors(cfg: ModelConfig, state, source) -> None:
         raise ValueError("checkpoint does not match config.json: " + "; ".join(problems))
 
 
-def _reader(param: str, source, dtype, stacked: bool, num_layers: int) -> Callable:
-    """Callback giving the block `index` (our layout) of one parameter."""
+def _reader(param: str, source, dtype, stacked: bool) -> Callable:
+    """Callback giving the block `index` (our layout, slices with a start and stop) of one
+    parameter; a stacked parameter's layers are read in one batch of byte ranges."""
     transposed = is_transposed(param)
 
-    def one(hf_name, idx):
-        arr = source.read(hf_name)
-        block = arr[tuple(idx[::-1])].T if transposed else arr[tuple(idx)]
-        return np.asarray(block, dtype=np.float32).astype(dtype)
-
     def read(index):
-        if not stacked:
-            return one(hf_tensor_name(param), index)
-        layers = range(*index[0].indices(num_layers))
-        return np.stack([one(hf_tensor_name(param, i), index[1:]) for i in layers])
+        layers = range(index[0].start, index[0].stop) if stacked else [None]
+        ours = index[1:] if stacked else index
+        box = tuple((s.start, s.stop) for s in (ours[::-1] if transposed else ours))
+        raw = source.read_boxes([(hf_tensor_name(param, i), box) for i in layers])
+        out = np.empty((len(layers), *(s.stop - s.start for s in ours)), dtype)
+        for i in range(len(raw)):  # converted into place, each raw block dropped when done
+            b, raw[i] = raw[i], None
+            out[i] = np.asarray(b.T if transposed else b, dtype=np.float32).astype(dtype)
+        return out if stacked else out[0]
 
     return read
 
@@ -233,15 +254,47 @@ def load_state(cfg: ModelConfig, source, mesh: Mesh | None = None):
 
     def reader(path):
         param = ".".join(str(p) for p in path)
-        return _reader(param, source, dtype, param.startswith("layers."), cfg.num_layers)
+        return _reader(param, source, dtype, param.startswith("layers."))
 
     return read_into_place(graphdef, state, mesh, reader)
 
 
+def _box(index: tuple[slice, ...], shape: tuple[int, ...]) -> Box:
+    out = []
+    for s, n in zip(index, shape):
+        a, b, step = s.indices(n)
+        if step != 1:
+            raise ValueError(f"shard index {index} of shape {shape} has a step; expected "
+                             f"contiguous blocks")
+        out.append((a, b))
+    return tuple(out)
+
+
+def _volume(box: Box) -> int:
+    return math.prod(b - a for a, b in box)
+
+
+def host_reads(boxes: Iterable[Box]) -> list[Box]:
+    """The boxes a process reads to fill its devices' blocks `boxes`: their bounding box
+    when the distinct blocks tile it (devices next to each other on the mesh), else each
+    distinct block; either way a block several devices hold is read once."""
+    distinct = sorted(set(boxes))
+    if len(distinct) <= 1:
+        return distinct
+    disjoint = all(any(b1 <= a2 or b2 <= a1 for (a1, b1), (a2, b2) in zip(p, q))
+                   for i, p in enumerate(distinct) for q in distinct[i + 1:])
+    bound = tuple((min(a for a, _ in axis), max(b for _, b in axis))
+                  for axis in zip(*distinct))
+    if disjoint and sum(map(_volume, distinct)) == _volume(bound):
+        return [bound]
+    return distinct
+
+
 def read_into_place(graphdef, state, mesh: Mesh | None, reader):
-    """The model with each parameter read by `reader(path)` (a callback from an index to the
-    array's slice) straight into its place: one device, or its logical axes on `mesh`, so no
-    process ever holds more than its own shards."""
+    """The model with each parameter read by `reader(path)` (a callback from an index, slices
+    with a start and stop, to the array's block) straight into its place: one device, or its
+    logical axes on `mesh`. Each process reads only its own devices' blocks, each once
+    (`host_reads`), so no process ever holds or fetches more than its own shards."""
     def place(path, var):
         shape = tuple(var.get_value().shape)
         if mesh is None:
@@ -249,7 +302,18 @@ def read_into_place(graphdef, state, mesh: Mesh | None, reader):
         else:
             axes = parallel.variable_axes(var) or (None,) * len(shape)
             sharding = parallel.named_sharding(mesh, axes, shape)
-        return var.replace(jax.make_array_from_callback(shape, sharding, reader(path)))
+        read = reader(path)
+        wanted = [_box(i, shape) for i in sharding.addressable_devices_indices_map(shape).values()]
+        blocks = {box: read(tuple(slice(a, b) for a, b in box)) for box in host_reads(wanted)}
+
+        def cut(index):
+            want = _box(index, shape)
+            for box, block in blocks.items():
+                if all(a <= c and d <= b for (a, b), (c, d) in zip(box, want)):
+                    return block[tuple(slice(c - a, d - a) for (a, _), (c, d) in zip(box, want))]
+            raise AssertionError(f"no block read for shard {want} of {path}")
+
+        return var.replace(jax.make_array_from_callback(shape, sharding, cut))
 
     flat = [(path, place(path, var)) for path, var in nnx.to_flat_state(state)]
     return nnx.merge(graphdef, nnx.from_flat_state(flat))

@@ -54,6 +54,9 @@ class TextView:
     def read(self, name):
         return self.source.read(self.outer(name))
 
+    def read_boxes(self, requests):
+        return self.source.read_boxes([(self.outer(n), box) for n, box in requests])
+
 
 def vision_tensor_names(param: str, depth: int, n_deep: int) -> list[str]:
     """Our vision parameter path (e.g. 'blocks.qkv') -> its HF tensor names (one per stacked
@@ -136,26 +139,34 @@ def load_vl_state(cfg: VLConfig, source, mesh: Mesh | None = None) -> Qwen3VL:
     v = cfg.vision
 
     def vision_reader(param):
-        """Reads only the block of one device's shard (memory-mapped views until sliced)."""
+        """Reads only the block of the process's shards, by byte range."""
         names = vision_tensor_names(param, v.depth, len(v.deepstack_visual_indexes))
         stacked = param.split(".")[0] in ("blocks", "deepstack")
 
-        def one(name, index):
-            return np.asarray(to_ours(param, source.read(name))[tuple(index)],
-                              np.float32).astype(dtype)
-
         def read(index):
-            if not stacked:
-                return one(names[0], index)
-            return np.stack([one(names[i], index[1:])
-                             for i in range(*index[0].indices(len(names)))])
+            layers = range(index[0].start, index[0].stop) if stacked else [0]
+            ours = index[1:] if stacked else index
+            if param == "patch_embed":
+                # ours [patch, hidden] is the Conv3d kernel [hidden, ...] flattened and
+                # transposed: its rows for the hidden range, whole, then the patch range
+                rows = ((ours[1].start, ours[1].stop),) + tuple(
+                    (0, n) for n in source.shape(names[0])[1:])
+                requests = [(names[i], rows) for i in layers]
+                cut = ours[0], slice(None)
+            else:
+                transposed = param.split(".")[-1] in _VISION_TRANSPOSED
+                box = tuple((s.start, s.stop) for s in (ours[::-1] if transposed else ours))
+                requests = [(names[i], box) for i in layers]
+                cut = (slice(None),) * len(ours)
+            blocks = [np.asarray(to_ours(param, b)[cut], np.float32).astype(dtype)
+                      for b in source.read_boxes(requests)]
+            return np.stack(blocks) if stacked else blocks[0]
         return read
 
     def reader(path):
         param = ".".join(map(str, path[1:]))
         if path[0] == "language_model":
-            return hf_io._reader(param, text, dtype, param.startswith("layers."),
-                                 cfg.text.num_layers)
+            return hf_io._reader(param, text, dtype, param.startswith("layers."))
         return vision_reader(param)
 
     return hf_io.read_into_place(graphdef, state, mesh, reader)
