@@ -359,6 +359,19 @@ def test_gpu_smoke_meshes_fsdp_over_every_device(smoke):
     assert smoke.candidate_divisors(config.trainer) == [1, 2, 4, 8, 16, 32]
 
 
+def test_gpu_smoke_reports_the_device_with_the_largest_peak(smoke):
+    from types import SimpleNamespace
+
+    def device(peak):
+        stats = {"peak_bytes_in_use": peak, "bytes_in_use": peak // 2, "bytes_limit": 100}
+        return SimpleNamespace(memory_stats=lambda: stats)
+
+    out = smoke.memory([device(5), device(9), device(7)])
+    assert out == {"peak_bytes_in_use": 9, "bytes_in_use": 4, "bytes_limit": 100,
+                   "device": 1, "per_device_peak_bytes": [5, 9, 7]}
+    assert smoke.memory([SimpleNamespace(memory_stats=lambda: None)]) is None  # CPU
+
+
 def _fake_plan(peak_gib: float, train_state_gib: float = 10.0, kept_gib: float = 0.0):
     gib = 2 ** 30
     return {"per_device_peak_bytes": peak_gib * gib,

@@ -42,9 +42,11 @@ def run(args) -> int:
         record(Check("config", False, str(err)))
     else:
         record(Check("config", True, f"{args.config} ({config.kind})"))
+        prefix = ""
         try:
             start_distributed()
         except Exception as err:  # noqa: BLE001  (the finding itself, printed in one line)
+            # JAX's own checks need the processes; the storage checks below do not
             record(Check("processes", False, f"jax.distributed.initialize failed: "
                          f"{type(err).__name__}: {err}; expected every host to start this "
                          "command at once, with the same coordinator"))
@@ -53,7 +55,6 @@ def run(args) -> int:
             record(preflight.check_processes(config, args.processes), prefix)
             record(preflight.check_backend(args.backend), prefix)
             record(preflight.check_mesh(config.mesh), prefix)
-        prefix = _prefix() if len(checks) > 2 else ""
         record(preflight.check_workdir(config.trainer.workdir), prefix)
         record(preflight.check_model(config.model.path), prefix)
         for check in preflight.check_simulator(config, args.timeout):

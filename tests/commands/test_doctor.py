@@ -186,6 +186,22 @@ def test_the_process_count_must_be_what_was_asked(capsys, tmp_path):
     assert status == 2 and "expected 2 (--processes)" in checks["processes"]
 
 
+def test_a_failed_distributed_start_is_one_line_and_storage_is_still_checked(
+        capsys, monkeypatch, tmp_path):
+    from jaxtom.commands import train
+
+    def refuse():
+        raise RuntimeError("Barrier timed out: 1 of 2 processes joined")
+
+    monkeypatch.setattr(train, "start_distributed", refuse)
+    status, checks = _doctor(capsys, TOY, "mesh.fsdp=-1", f"trainer.workdir={tmp_path}")
+    assert status == 2
+    assert list(checks) == ["config", "processes", "workdir", "model", "simulator"]
+    assert "jax.distributed.initialize failed: RuntimeError: Barrier timed out" in checks[
+        "processes"]
+    assert checks["workdir"].startswith("ok")
+
+
 def test_an_http_simulator_on_a_closed_port_fails(capsys, tmp_path):
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     status, checks = _doctor(capsys, CTOM, "mesh.fsdp=-1", f"trainer.workdir={tmp_path}",
