@@ -19,6 +19,7 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("plan", "jaxtom.commands.plan", "add_parser"),
     ("gridworld", "jaxtom.commands.gridworld", "add_parser"),
     ("generate", "jaxtom.commands.generate", "add_parser"),
+    ("doctor", "jaxtom.commands.doctor", "add_parser"),
 )
 
 

@@ -1,5 +1,6 @@
-"""One POST-JSON-with-retries policy for every OpenAI-compatible client in jaxtom (the CToM
-user simulator, the household LLM scorer), so their timeouts and retries cannot drift apart.
+"""One JSON-over-HTTP-with-retries policy for every OpenAI-compatible client in jaxtom (the CToM
+user simulator, the household LLM scorer, `jaxtom doctor`'s probe of the simulator), so their
+timeouts and retries cannot drift apart.
 
 Retried: timeouts, connection errors, HTTP 429 and 5xx, and bodies that are not the JSON the
 caller expects (`extract` raising KeyError / IndexError / TypeError / ValueError); a 4xx other
@@ -23,16 +24,31 @@ class HTTPFailure(RuntimeError):
 def post_json(url: str, body: dict, *, api_key: str | None, timeout_s: float, retries: int,
               backoff_s: float, extract: Callable[[Any], Any] = lambda reply: reply) -> Any:
     """`extract(reply)` of the first well-formed JSON reply to POSTing `body` to `url`."""
-    data = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
+    return _request_json(url, json.dumps(body).encode(), api_key=api_key, timeout_s=timeout_s,
+                         retries=retries, backoff_s=backoff_s, extract=extract)
+
+
+def get_json(url: str, *, api_key: str | None = None, timeout_s: float, retries: int = 0,
+             backoff_s: float = 0.0, extract: Callable[[Any], Any] = lambda reply: reply) -> Any:
+    """`extract(reply)` of the first well-formed JSON reply to a GET of `url` (a health probe:
+    one attempt unless `retries` says otherwise)."""
+    return _request_json(url, None, api_key=api_key, timeout_s=timeout_s, retries=retries,
+                         backoff_s=backoff_s, extract=extract)
+
+
+def _request_json(url: str, data: bytes | None, *, api_key: str | None, timeout_s: float,
+                  retries: int, backoff_s: float, extract: Callable[[Any], Any]) -> Any:
+    """POST `data` as JSON (GET when None) under the retry policy above."""
+    headers = {"Content-Type": "application/json"} if data is not None else {}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    method = "POST" if data is not None else "GET"
     last = "no attempt made"
     for attempt in range(retries + 1):
         if attempt:
             time.sleep(backoff_s * 2 ** (attempt - 1))
         try:
-            req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+            req = urllib.request.Request(url, data=data, headers=headers, method=method)
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return extract(json.loads(resp.read().decode()))
         except urllib.error.HTTPError as e:

@@ -1,31 +1,39 @@
 #!/usr/bin/env python3
-"""One accelerator, one GRPO update and one rollout of a paper config, measured beside `jaxtom plan`.
+"""One GRPO update and one rollout of a paper config on every GPU of a host, measured beside
+`jaxtom plan`.
 
-    python launch/gpu_smoke.py                       # Qwen3-4B paper config, rows / 8, one GPU
-    python launch/gpu_smoke.py CONFIG [section.field=value ...] [--rows-divisor 8]
+    python launch/gpu_smoke.py                       # Qwen3-4B paper config, sized by the plan
+    python launch/gpu_smoke.py CONFIG [section.field=value ...] [--rows-divisor D]
     python launch/gpu_smoke.py --tiny                # a scaled-down model and shapes (CPU)
 
 Why: `jaxtom plan` predicts per-device memory by compiling on simulated CPU devices; this
-runs the same programs on a real device and prints what the device's allocator saw.
+runs the same programs on the real devices (FSDP over all of them: the NCCL path) and prints
+what the devices' allocators saw.
 
-What it runs, on the first device, on the config's mesh set to (1, 1, 1) with the rollout
-rows (`trainer.prompts_per_step`, `num_rows`, `rollout_rows`) divided by `--rows-divisor`
-(8: what one device of the paper's 8-device mesh holds):
+The mesh is (1, N, 1) over the host's N local devices (`--devices` takes fewer). The size is
+the config's rollout rows (`trainer.prompts_per_step`, `num_rows`, `rollout_rows`) divided by
+the smallest power of two whose plan fits `--chip` (default H100-80GB) within `--headroom`
+(default 90%): `jaxtom plan` runs on the CPU for each candidate until one fits
+(`choose_size`); `--rows-divisor D` fixes the divisor instead (the plan then runs in the
+background). With `--tiny` the divisor is 8. What it runs on that mesh:
 - random weights of the config's architecture (only `config.json` is read, under
-  `$JAXTOM_MODELS`, default launch/models/), built with the train state in one program on
-  the device (`Learner.init_state` under `jax.jit`);
-- one rollout call (`jaxtom.sampling.generate`) of the rows and prompt length `jaxtom plan`
-  plans (distinct random prompts of `row_len - max_new_tokens` tokens, every row decoding
-  `max_new_tokens`), after a warm-up call that compiles it;
+  `$JAXTOM_MODELS`, default launch/models/), built with the train state in one program,
+  sharded over the mesh (`Learner.init_state` under `jax.jit`);
+- one rollout call (`jaxtom.sampling.generate`, on `Learner.sampling_model` as a run samples)
+  of the rows and prompt length `jaxtom plan` plans (distinct random prompts of
+  `row_len - max_new_tokens` tokens, every row decoding `max_new_tokens`), after a warm-up
+  call that compiles it;
 - one GRPO update (`Learner.update`: every PPO mini-batch and micro-batch of the batch) on a
   random batch shaped as `jaxtom plan` shapes it (`plan.abstract_batch`), every position
   scored, so it is the program the plan compiles.
-Memory is the device's own `memory_stats()` (`peak_bytes_in_use`, cumulative) after each
-phase, set beside the plan's figures for the same config and overrides: by default
-`jaxtom plan` runs on the CPU in a subprocess while the device works (`--plan-json FILE`
-reads a saved plan's JSON line instead, `--no-plan` skips it). FLOPs are the plan's
-analytic counts (model FLOPs: rematerialisation not counted), MFU against `--peak-tflops`
-(default 989, the H100/H200 SXM dense bf16 figure).
+Memory is each device's own `memory_stats()` (`peak_bytes_in_use`, cumulative) after each
+phase, the largest over the devices set beside the plan's per-device figures for the same
+config and overrides (`--plan-json FILE` reads a saved plan's JSON line instead, `--no-plan`
+skips it; both need `--rows-divisor`). XLA allocates on demand
+(XLA_PYTHON_CLIENT_PREALLOCATE=false unless set), so the check holds no more memory than the
+programs use. FLOPs are the plan's analytic counts (model FLOPs: rematerialisation not
+counted), MFU against `--peak-tflops` per device (default 989, the H100/H200 SXM dense bf16
+figure) times the devices.
 
 The last line printed is one JSON object: shapes, seconds, tokens/s, MFU, memory, the plan's
 prediction and the JAX / CUDA / device versions. Only JAX, Flax, Optax and jaxtom's model,
@@ -53,12 +61,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = str(REPO / "configs" / "mindzero_gridworld_qwen3_4b.py")
 DEFAULT_PEAK_TFLOPS = 989.0  # H100 / H200 SXM, dense bf16 (vendor datasheet)
+DEFAULT_CHIP = "H100-80GB"  # a key of jaxtom.plan.ACCELERATORS
+TINY_DIVISOR = 8
 # a Qwen3-shaped model small enough for a CPU test, and short rows
 TINY_OVERRIDES = ("model.path=", "model.family=qwen3", "model.vocab_size=256",
                   "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2",
                   "model.num_heads=4", "model.num_kv_heads=2", "model.head_dim=16",
                   "trainer.row_len=64", "trainer.max_new_tokens=16")
-MESH_1 = ("mesh.data=1", "mesh.fsdp=1", "mesh.tensor=1")
 STUBBED: list[str] = []
 
 
@@ -69,10 +78,12 @@ class SmokeError(ValueError):
 # ---- environment ------------------------------------------------------------------------
 def prepare_environment() -> None:
     """Before JAX starts: the repo on sys.path, the shipped config.json files as the model
-    root, most of the GPU's memory for XLA (JAX's default 75% would hide what the plan
+    root, memory allocated as the programs ask for it (no preallocation: the check reserves
+    only what it uses) up to 95% of each GPU (JAX's default 75% cap would hide what the plan
     calls fitting), and a placeholder for grain when it is not installed."""
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("JAXTOM_MODELS", str(REPO / "launch" / "models"))
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     if "grain" not in sys.modules and importlib.util.find_spec("grain") is None:
         stub = types.ModuleType("grain")
@@ -93,11 +104,20 @@ def load(config_path: str, overrides: list[str]):
     return load_config(config_path, overrides)
 
 
-def smoke_overrides(config_path: str, user: list[str], tiny: bool, divisor: int) -> list[str]:
-    """The overrides of the run: --tiny's sizes, the user's, mesh (1, 1, 1), rows / divisor."""
+def mesh_overrides(devices: int) -> tuple[str, ...]:
+    """FSDP over `devices`: the parameters and the rows split over all of them."""
+    return ("mesh.data=1", f"mesh.fsdp={devices}", "mesh.tensor=1")
+
+
+def smoke_overrides(config_path: str, user: list[str], tiny: bool, divisor: int,
+                    devices: int = 1) -> list[str]:
+    """The overrides of the run: --tiny's sizes, the user's, mesh (1, devices, 1), rows /
+    divisor."""
     if divisor < 1:
         raise SmokeError(f"--rows-divisor must be a positive int, got {divisor}")
-    base = [*(TINY_OVERRIDES if tiny else ()), *user, *MESH_1]
+    if devices < 1:
+        raise SmokeError(f"--devices must be a positive int, got {devices}")
+    base = [*(TINY_OVERRIDES if tiny else ()), *user, *mesh_overrides(devices)]
     t = load(config_path, base).trainer
     out = list(base)
     for name in ("prompts_per_step", "num_rows", "rollout_rows"):
@@ -110,16 +130,72 @@ def smoke_overrides(config_path: str, user: list[str], tiny: bool, divisor: int)
     return out
 
 
+# ---- the size: the largest rows whose plan fits the chip ----------------------------------
+def candidate_divisors(trainer) -> list[int]:
+    """Row divisors to try, largest size first: 1, 2, 4, ... while each of the config's row
+    counts (prompts per step, rows, rows per sampler call; 0 means unset) divides."""
+    counts = [v for v in (trainer.prompts_per_step, trainer.num_rows, trainer.rollout_rows)
+              if v]
+    out, d = [], 1
+    while all(v % d == 0 for v in counts):
+        out.append(d)
+        d *= 2
+    return out
+
+
+def choose_size(divisors, plan_for, capacity_bytes: float,
+                headroom: float) -> tuple[int, dict]:
+    """(divisor, its plan): the first of `divisors` (largest rows first) whose plan's
+    per-device peak fits `headroom` x `capacity_bytes`. `plan_for(divisor)` returns the plan's
+    JSON (`jaxtom plan`) or {"error": ...}. Stops early when the train state alone (with the
+    starting model a MindZero run keeps) is over the budget: fewer rows cannot help then."""
+    budget = headroom * capacity_bytes
+    tried = []
+    for d in divisors:
+        plan = plan_for(d)
+        if "error" in plan:
+            raise SmokeError(f"jaxtom plan for rows / {d} failed: {plan['error']}")
+        peak = plan["per_device_peak_bytes"]
+        tried.append(f"rows / {d}: {peak / 2 ** 30:.2f} GiB")
+        if peak <= budget:
+            return d, plan
+        u = plan["update"]
+        fixed = u["memory"]["train_state"] + u.get("kept_start_model", 0)
+        if fixed > budget:
+            raise SmokeError(
+                f"the train state alone is {fixed / 2 ** 30:.2f} GiB per device, over the "
+                f"budget of {budget / 2 ** 30:.2f} GiB ({headroom:.0%} of "
+                f"{capacity_bytes / 1e9:.0f} GB), whatever the rows: use more devices "
+                "(--devices), LoRA (model.lora_rank=...), or a larger --chip")
+    raise SmokeError(f"no size fits {budget / 2 ** 30:.2f} GiB per device ({headroom:.0%} of "
+                     f"{capacity_bytes / 1e9:.0f} GB); planned {'; '.join(tried)}: use more "
+                     "devices or give the rows yourself")
+
+
 # ---- the plan's prediction ----------------------------------------------------------------
 def start_plan(config_path: str, overrides: list[str]) -> tuple[subprocess.Popen, Path]:
     """`jaxtom plan` for the same config and overrides, on the CPU, in the background."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
-    env.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+        env.pop(name, None)
     out = Path(tempfile.mkstemp(prefix="gpu-smoke-plan-", suffix=".log")[1])
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--plan-only",
                              config_path, *overrides], env=env, stdout=out.open("w"),
                             stderr=subprocess.STDOUT, cwd=REPO)
     return proc, out
+
+
+def plan_for(args, divisor: int, devices: int) -> dict:
+    """`jaxtom plan`'s JSON for the run at rows / `divisor` on `devices`, waited for."""
+    overrides = smoke_overrides(args.config, args.overrides, args.tiny, divisor, devices)
+    print(f"gpu_smoke: planning rows / {divisor} on {devices} device(s) (jaxtom plan, CPU)",
+          file=sys.stderr, flush=True)
+    return finish_plan(*start_plan(args.config, overrides), timeout=args.plan_timeout)
+
+
+def local_device_count() -> int:
+    import jax
+    return jax.local_device_count()
 
 
 def finish_plan(proc: subprocess.Popen, log: Path, timeout: float) -> dict:
@@ -144,6 +220,9 @@ def plan_summary(result: dict) -> dict:
         return result
     u, r = result["update"], result.get("rollout")
     out = {"per_device_peak_bytes": result["per_device_peak_bytes"],
+           # MindZero's entry point keeps the model it started from (both peaks include it);
+           # this check keeps no such model, so the comparison takes it off
+           "kept_start_model_bytes": u.get("kept_start_model", 0),
            "train_state_bytes": u["memory"]["train_state"],
            "update_peak_bytes": u["xla"]["peak"], "update_rows": u["rows"],
            "update_row_len": u["row_len"], "update_flops": u["flops"],
@@ -156,13 +235,18 @@ def plan_summary(result: dict) -> dict:
 
 
 # ---- device facts ---------------------------------------------------------------------------
-def memory(device) -> dict | None:
-    """The device allocator's own statistics (None where the backend keeps none: CPU)."""
-    stats = device.memory_stats()
-    if not stats:
+def memory(devices) -> dict | None:
+    """The allocators' own statistics of the device with the largest peak, and every
+    device's peak (None where the backend keeps none: CPU)."""
+    per_device = [d.memory_stats() for d in devices]
+    if not all(per_device):
         return None
-    return {k: int(stats[k]) for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
-            if k in stats}
+    peaks = [int(s.get("peak_bytes_in_use", 0)) for s in per_device]
+    top = max(range(len(peaks)), key=peaks.__getitem__)
+    out = {k: int(per_device[top][k]) for k in ("bytes_in_use", "peak_bytes_in_use",
+                                                "bytes_limit") if k in per_device[top]}
+    out.update(device=top, per_device_peak_bytes=peaks)
+    return out
 
 
 def versions() -> dict:
@@ -255,10 +339,15 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     mcfg = plan.model_config(config.model)
     if hasattr(mcfg, "vision"):
         raise SmokeError("gpu_smoke.py runs text decoders; the config's model is Qwen3-VL")
-    device = jax.devices()[0]
-    mesh = parallel.make_mesh(1, 1, 1, devices=[device])
+    n = config.mesh.data * config.mesh.fsdp * config.mesh.tensor
+    devices = jax.local_devices()[:n]
+    if len(devices) < n:
+        raise SmokeError(f"the mesh needs {n} devices, this host has {len(devices)}")
+    mesh = parallel.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
+                              devices=devices)
     t = config.trainer
-    peak = args.peak_tflops * 1e12
+    peak = args.peak_tflops * 1e12 * n  # the whole mesh's
+    out["devices"] = n
     out["model"] = {"params": mcfg.num_params(), "layers": mcfg.num_layers,
                     "hidden": mcfg.hidden_size, "vocab": mcfg.vocab_size,
                     "param_dtype": mcfg.param_dtype, "compute_dtype": mcfg.compute_dtype}
@@ -271,7 +360,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     state = jax.jit(lambda: learner.init_state(build(), seed=config.model.seed))()
     jax.block_until_ready(state)
     out["init_seconds"] = time.perf_counter() - start
-    mem["after_init"] = memory(device)
+    mem["after_init"] = memory(devices)
 
     # one rollout call at the plan's shapes
     n = t.prompts_per_step * t.group_size
@@ -279,7 +368,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     prompt_len = t.row_len - t.max_new_tokens
     rng = np.random.default_rng(args.seed)
     prompts = rng.integers(1, mcfg.vocab_size, (n, prompt_len)).tolist()
-    model = learner.model(state)
+    model = learner.sampling_model(state)  # what a run samples from (compute dtype)
     kw = dict(temperature=t.temperature, top_p=t.top_p, stop_at_eos=False, pad_id=t.pad_id,
               share_prefill=False, buffer_len=sampling.bucket(t.max_new_tokens, 16))
     start = time.perf_counter()
@@ -306,7 +395,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
                       "new_tokens_per_s": new_tokens / seconds,
                       "tokens_per_s": (n * prompt_len + new_tokens) / seconds,
                       "flops": flops, "mfu": flops / seconds / peak}
-    mem["after_rollout"] = memory(device)
+    mem["after_rollout"] = memory(devices)
 
     # one GRPO update (all PPO mini-batches and micro-batches of the batch)
     rows = plan.rollout_rows(config)
@@ -334,12 +423,14 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
                      "mfu": flops / seconds / peak, "xla_memory_on_device": xla,
                      "metrics": metrics,
                      "metrics_finite": all(math.isfinite(v) for v in metrics.values())}
-    mem["after_update"] = memory(device)
+    mem["after_update"] = memory(devices)
 
 
 def compare(measured: dict, predicted: dict) -> dict:
-    """The run's shapes beside the plan's, and the measured peaks over the plan's per phase
-    (the allocator's peak is cumulative: after the update it covers the whole step)."""
+    """The run's shapes beside the plan's, and the measured peaks (the largest device's) over
+    the plan's per-device figures per phase (the allocator's peak is cumulative: after the
+    update it covers the whole step), less the starting model a MindZero run keeps and this
+    check does not."""
     if "error" in predicted:
         return {}
     r, u = measured["rollout"], measured["update"]
@@ -355,14 +446,16 @@ def compare(measured: dict, predicted: dict) -> dict:
         out["update_xla_on_device_over_plan"] = (u["xla_memory_on_device"]["peak"]
                                                  / predicted["update_peak_bytes"])
     mem = measured["memory"]
+    kept = predicted.get("kept_start_model_bytes", 0)
     pairs = {"rollout": ("after_rollout", "rollout_peak_with_train_state_bytes"),
              "update": ("after_update", "update_peak_bytes"),
              "whole_step": ("after_update", "per_device_peak_bytes")}
     for name, (phase, key) in pairs.items():
         if mem.get(phase) and predicted.get(key):
             m = mem[phase]["peak_bytes_in_use"]
-            out[name] = {"measured_peak_bytes": m, "plan_bytes": predicted[key],
-                         "measured_over_plan": m / predicted[key]}
+            planned = predicted[key] - (kept if name != "update" else 0)
+            out[name] = {"measured_peak_bytes": m, "plan_bytes": planned,
+                         "measured_over_plan": m / planned}
     return out
 
 
@@ -371,6 +464,13 @@ def human(result: dict) -> str:
     v = result["versions"]
     lines = [f"device {v['device_kind']} ({v['backend']}), jax {v['jax']}, "
              f"platform {v['platform_version']!r}"]
+    size = result.get("size")
+    if size:
+        lines.append(f"size: rows / {size['rows_divisor']} ({size['chosen_by']}) on "
+                     f"{size['devices']} device(s)"
+                     + (f", planned {size['planned_bytes'] / gib:.2f} GiB per device within "
+                        f"{size['headroom']:.0%} of {size['chip']}"
+                        if size.get("planned_bytes") else ""))
     if "rollout" in result:
         r = result["rollout"]
         lines.append(f"rollout: {r['rows']} rows x {r['prompt_len']} prompt + "
@@ -413,8 +513,17 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("overrides", nargs="*", metavar="section.field=value")
     p.add_argument("--tiny", action="store_true",
                    help="a scaled-down Qwen3-shaped model and short rows (CPU tests)")
-    p.add_argument("--rows-divisor", type=int, default=8,
-                   help="divide the config's rows per step and per rollout call (default 8)")
+    p.add_argument("--rows-divisor", type=int, default=None,
+                   help="divide the config's rows per step and per rollout call by this "
+                        "(default: the smallest power of two whose plan fits --chip; 8 with "
+                        "--tiny)")
+    p.add_argument("--devices", type=int, default=None,
+                   help="devices of the fsdp mesh (default: every local device)")
+    p.add_argument("--chip", default=DEFAULT_CHIP,
+                   help=f"the memory the plan must fit when it picks the size: one of "
+                        f"jaxtom.plan.ACCELERATORS (default {DEFAULT_CHIP})")
+    p.add_argument("--headroom", type=float, default=0.9,
+                   help="the fraction of --chip the plan may fill (default 0.9)")
     p.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
                    help="the device's dense bf16 peak for MFU (default 989: H100/H200 SXM)")
     p.add_argument("--repeats", type=int, default=1, help="timed calls of each (median)")
@@ -424,8 +533,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                    help="a saved `jaxtom plan` output (its last JSON line) instead of running it")
     g.add_argument("--no-plan", action="store_true", help="skip the plan's prediction")
     p.add_argument("--plan-timeout", type=float, default=300.0,
-                   help="seconds to wait for the background `jaxtom plan` once the device "
-                        "work is done (default 300)")
+                   help="seconds to wait for each `jaxtom plan` (the background one: once "
+                        "the device work is done; default 300)")
     p.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.repeats < 1:
@@ -442,17 +551,39 @@ def main(argv: list[str] | None = None) -> int:
         from jaxtom.commands import plan as plan_cli
         return plan_cli.main([args.config, *args.overrides])
     from jaxtom.config import ConfigError
+    from jaxtom.plan import ACCELERATORS
     background, predicted = None, None
     try:
-        overrides = smoke_overrides(args.config, args.overrides, args.tiny, args.rows_divisor)
+        if args.chip not in ACCELERATORS:
+            raise SmokeError(f"--chip {args.chip!r}: expected one of {sorted(ACCELERATORS)}")
+        if not 0 < args.headroom <= 1:
+            raise SmokeError(f"--headroom must be a fraction in (0, 1], got {args.headroom}")
+        devices = args.devices or local_device_count()
+        divisor, chosen_by = args.rows_divisor, "--rows-divisor"
+        if divisor is None and args.tiny:
+            divisor, chosen_by = TINY_DIVISOR, "--tiny"
+        if divisor is None:
+            if args.no_plan or args.plan_json:
+                raise SmokeError("--no-plan and --plan-json need --rows-divisor: without it "
+                                 "the plan picks the size")
+            trainer = load(args.config, [*args.overrides]).trainer
+            divisor, chosen = choose_size(
+                candidate_divisors(trainer),
+                lambda d: plan_for(args, d, devices), ACCELERATORS[args.chip], args.headroom)
+            chosen_by, predicted = "plan", plan_summary(chosen)
+        overrides = smoke_overrides(args.config, args.overrides, args.tiny, divisor, devices)
         if args.plan_json:
             lines = [x for x in args.plan_json.read_text().splitlines() if x.startswith("{")]
             if not lines:
                 raise SmokeError(f"--plan-json {args.plan_json} holds no JSON line")
             predicted = plan_summary(json.loads(lines[-1]))
         result: dict = {"config": args.config, "overrides": overrides,
-                        "peak_tflops": args.peak_tflops}
-        if not args.no_plan and not args.plan_json:
+                        "peak_tflops": args.peak_tflops,
+                        "size": {"rows_divisor": divisor, "chosen_by": chosen_by,
+                                 "devices": devices, "chip": args.chip,
+                                 "headroom": args.headroom,
+                                 "budget_bytes": args.headroom * ACCELERATORS[args.chip]}}
+        if predicted is None and not args.no_plan and not args.plan_json:
             background = start_plan(args.config, overrides)
         status = 0
         try:
@@ -462,12 +593,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # noqa: BLE001  (reported in the JSON line, exit status 1)
             import jax
             result["error"] = f"{type(err).__name__}: {str(err)[:4000]}"
-            result.setdefault("memory", {})["at_error"] = memory(jax.devices()[0])
+            result.setdefault("memory", {})["at_error"] = memory(jax.local_devices())
             status = 1
         result["versions"] = versions()
         result["stubbed_modules"] = STUBBED
         result["xla_python_client_mem_fraction"] = os.environ.get(
             "XLA_PYTHON_CLIENT_MEM_FRACTION")
+        result["xla_python_client_preallocate"] = os.environ.get(
+            "XLA_PYTHON_CLIENT_PREALLOCATE")
         if background is not None:
             predicted = plan_summary(finish_plan(*background, timeout=args.plan_timeout))
             background = None
@@ -481,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
             background[0].wait()
             background[1].unlink(missing_ok=True)
     result["plan"] = predicted
+    if predicted and "per_device_peak_bytes" in predicted:
+        result["size"]["planned_bytes"] = predicted["per_device_peak_bytes"]
     result["versus_plan"] = (compare(result, predicted)
                              if predicted is not None and "update" in result else {})
     print(human(result))

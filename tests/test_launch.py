@@ -349,6 +349,91 @@ def test_gpu_smoke_reports_a_failure_with_what_it_measured(smoke, monkeypatch, c
     assert any(line.startswith("FAILED: RuntimeError") for line in lines)
 
 
+def test_gpu_smoke_meshes_fsdp_over_every_device(smoke):
+    overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=False, divisor=1,
+                                      devices=8)
+    config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
+    assert (config.mesh.data, config.mesh.fsdp, config.mesh.tensor) == (1, 8, 1)
+    assert config.trainer.prompts_per_step == 32 and config.trainer.rollout_rows == 128
+    # the paper config's row counts (32 prompts, 128 rows per sampler call) halve 5 times
+    assert smoke.candidate_divisors(config.trainer) == [1, 2, 4, 8, 16, 32]
+
+
+def test_gpu_smoke_reports_the_device_with_the_largest_peak(smoke):
+    from types import SimpleNamespace
+
+    def device(peak):
+        stats = {"peak_bytes_in_use": peak, "bytes_in_use": peak // 2, "bytes_limit": 100}
+        return SimpleNamespace(memory_stats=lambda: stats)
+
+    out = smoke.memory([device(5), device(9), device(7)])
+    assert out == {"peak_bytes_in_use": 9, "bytes_in_use": 4, "bytes_limit": 100,
+                   "device": 1, "per_device_peak_bytes": [5, 9, 7]}
+    assert smoke.memory([SimpleNamespace(memory_stats=lambda: None)]) is None  # CPU
+
+
+def _fake_plan(peak_gib: float, train_state_gib: float = 10.0, kept_gib: float = 0.0):
+    gib = 2 ** 30
+    return {"per_device_peak_bytes": peak_gib * gib,
+            "update": {"memory": {"train_state": train_state_gib * gib},
+                       "kept_start_model": kept_gib * gib}}
+
+
+def test_gpu_smoke_picks_the_largest_rows_whose_plan_fits_the_chip(smoke):
+    from jaxtom.plan import ACCELERATORS
+
+    h100 = ACCELERATORS["H100-80GB"]
+    peaks = {1: 120.0, 2: 90.0, 4: 66.0, 8: 40.0}  # GiB per device; the budget is 67.05 GiB
+    asked = []
+
+    def plan_for(d):
+        asked.append(d)
+        return _fake_plan(peaks[d])
+
+    divisor, plan = smoke.choose_size([1, 2, 4, 8], plan_for, h100, 0.9)
+    assert divisor == 4 and asked == [1, 2, 4]  # stops at the first that fits
+    assert plan["per_device_peak_bytes"] <= 0.9 * h100
+    with pytest.raises(smoke.SmokeError, match=r"no size fits .*rows / 1: 120.00 GiB"):
+        smoke.choose_size([1, 2], plan_for, h100, 0.9)
+    # a train state (with MindZero's kept starting model) over the budget: no rows help
+    asked.clear()
+    with pytest.raises(smoke.SmokeError, match="the train state alone is 75.00 GiB"):
+        smoke.choose_size([1, 2, 4], lambda d: asked.append(d) or _fake_plan(100, 60, 15),
+                          h100, 0.9)
+    assert asked == [1]
+    with pytest.raises(smoke.SmokeError, match="jaxtom plan for rows / 1 failed: boom"):
+        smoke.choose_size([1], lambda d: {"error": "boom"}, h100, 0.9)
+
+
+def test_gpu_smoke_sizes_by_the_plan_unless_told_and_allocates_on_demand(smoke, monkeypatch,
+                                                                         capsys):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    assert smoke.main(["--no-plan"]) == 2  # no divisor and no plan: nothing picks the size
+    assert "need --rows-divisor" in capsys.readouterr().err
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert smoke.main(["--chip", "A100", "--rows-divisor", "8", "--no-plan"]) == 2
+    assert "expected one of" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gpu_smoke_default_on_eight_h100s_fits_by_the_plan(smoke):
+    """The real plan (on 8 simulated CPU devices) of the size the smoke check picks for an
+    8-GPU H100 host."""
+    from types import SimpleNamespace
+
+    from jaxtom.plan import ACCELERATORS
+
+    args = SimpleNamespace(config=smoke.DEFAULT_CONFIG, overrides=[], tiny=False,
+                           plan_timeout=900)
+    trainer = smoke.load(smoke.DEFAULT_CONFIG, []).trainer
+    divisor, plan = smoke.choose_size(smoke.candidate_divisors(trainer),
+                                      lambda d: smoke.plan_for(args, d, 8),
+                                      ACCELERATORS["H100-80GB"], 0.9)
+    assert plan["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1, "devices": 8, "processes": 1}
+    assert plan["per_device_peak_bytes"] <= 0.9 * 80e9
+    assert divisor == 1  # the paper's own rows fit 8 H100s
+
+
 @pytest.mark.slow
 def test_gpu_smoke_tiny_runs_end_to_end_on_cpu_beside_jaxtom_plan(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAXTOM_MODELS"}
