@@ -2,7 +2,8 @@
 step's checkpoint on every process, prints one line and exits 143; the same command again
 ends bit for bit where an uninterrupted run ends. One process in the default suite; in the
 slow ones, two processes x 4 devices under `jax.distributed` (JAX's preemption sync point),
-started directly and through `launch/tpu_pod.sh` (`--stop`) on two localhost workers.
+started directly and through `launch/tpu_pod.sh` (`--stop`) on two localhost workers, and a
+MindZero run stopped in its warm-up, which starts no SSRL.
 """
 
 import os
@@ -17,7 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.commands.test_multiprocess import ROOT, checkpoint, finish, launch, stopped
+from tests.commands.test_multiprocess import (MINDZERO, ROOT, checkpoint, finish, launch,
+                                              stopped)
 
 STEPS = 10
 # the reward sleeps 0.3 s, so a step outlasts the stop's agreement; no periodic checkpoint
@@ -177,3 +179,35 @@ def test_tpu_pod_stop_on_two_localhost_workers_reports_the_step_and_a_restart_re
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow  # MindZero's setup and the warm-up's compile: about a minute and a half
+def test_a_stop_during_mindzero_warm_up_ends_the_command_before_ssrl(tmp_path, monkeypatch,
+                                                                      capsys):
+    """`jaxtom mindzero run` stopped in its first phase: the warm-up's step is saved, then the
+    command prints its one line and exits 143, with no SSRL and no evaluation started."""
+    from jaxtom.cli import main
+    from jaxtom.rl.trainer import Trainer
+
+    step = Trainer.train_step
+
+    def signalled(self, state, tasks, i):  # SIGTERM while the warm-up works on its step 1
+        if self.desc == "warm-up" and i == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, state, tasks, i)
+
+    monkeypatch.setattr(Trainer, "train_step", signalled)
+    # the warm-up's periodic checkpoint at its step 4 (its checkpoint_every is capped there)
+    args = [a for a in MINDZERO if not a.startswith(("mesh.", "mindzero.warmup.steps=",
+                                                     "trainer.checkpoint_every="))]
+    args += ["mindzero.warmup.steps=4", "trainer.checkpoint_every=1000"]
+    assert main(["mindzero", "run", *args, f"trainer.workdir={tmp_path}", "--quiet"]) == 143
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("jaxtom: ")]
+    match = STOP_LINE.fullmatch(line)
+    assert match and match["step"] == "1", line
+    assert Path(match["dir"]) == tmp_path / "warmup_train" / "checkpoints"
+    assert sorted(p.name for p in (tmp_path / "warmup_train" / "checkpoints").iterdir()) == ["1"]
+    # neither the warm-up's saved model (written when it finishes) nor anything after it
+    assert not any((tmp_path / name).exists() for name in ("warmup", "ssrl", "checkpoint",
+                                                          "results.json"))
