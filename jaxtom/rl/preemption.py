@@ -92,6 +92,6 @@ class StopSignal:
         if self.mode == "jax":
             from jax.experimental import multihost_utils
             if multihost_utils.reached_preemption_sync_point(next(_sync_calls)):
-                return "SIGTERM (JAX's preemption sync point, every process)"
+                return "SIGTERM at JAX's preemption sync point"
             return None
         return self.caught
