@@ -3,7 +3,9 @@
 
 tpu_pod.sh runs against a fake `gcloud` that records its arguments; the `--command` it was
 given is then run by bash here as each worker's login shell would run it, with a fake
-`hostname` (the worker's name) and a fake interpreter that records how it was started.
+`hostname` (the worker's name) and a fake interpreter that records how it was started. With
+FAKE_WORKERS set, the fake gcloud itself runs the command on those localhost "workers" at
+once, as `ssh --worker=all` does (tests/commands/test_preemption.py drives real runs so).
 """
 
 from __future__ import annotations
@@ -25,16 +27,48 @@ ROOT = Path(__file__).resolve().parents[1]
 TPU_POD = ROOT / "launch" / "tpu_pod.sh"
 
 FAKE_GCLOUD = f"""#!{sys.executable}
-import json, os, sys
+import json, os, subprocess, sys
 with open(os.environ["FAKE_GCLOUD_LOG"], "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\\n")
+# FAKE_WORKERS="w-0 w-1": run the ssh --command on each of these workers here, all at once;
+# a worker's environment is its login shell's (HOME, its PATH, its hostname) plus
+# JAX_PROCESS_ID, which a TPU VM's metadata gives JAX
+workers = os.environ.get("FAKE_WORKERS", "").split()
+if workers:
+    command = sys.argv[sys.argv.index("--command") + 1]
+    keep = ("HOME", "LANG", "TMPDIR", "RECORD_DIR", "FAKE_SLEEP", "FAKE_ON_TERM")
+    base = {{k: os.environ[k] for k in keep if k in os.environ}}
+    procs = [subprocess.Popen(["bash", "-c", command], text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE,
+                              env=dict(base, PATH=os.environ["FAKE_WORKER_PATH"],
+                                       FAKE_HOSTNAME=host, JAX_PROCESS_ID=str(i)))
+             for i, host in enumerate(workers)]
+    codes = []
+    for p in procs:
+        out, err = p.communicate()
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        codes.append(p.returncode)
+    sys.exit(max(codes))
 """
 
-# the worker's interpreter: records argv, cwd, environment and session, prints to its log
+# the worker's interpreter: records argv, cwd, environment and session, prints to its log;
+# on SIGTERM, FAKE_ON_TERM=stop does what `jaxtom train` does (a second to save, its stop
+# line, exit 143) and =ignore goes on (a run stuck past --stop's wait); unset, it dies
 FAKE_PYTHON = f"""#!{sys.executable}
-import json, os, socket, subprocess, sys, time
+import json, os, signal, socket, subprocess, sys, time
 host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
 print("fake run on", host, flush=True)
+
+def stop(signum, frame):
+    time.sleep(1.0)
+    print("jaxtom: stopped by SIGTERM (exit 143); checkpoint at step 7 saved to "
+          "/runs/x/checkpoints; rerun the same command to resume", file=sys.stderr, flush=True)
+    sys.exit(143)
+
+on_term = os.environ.get("FAKE_ON_TERM")
+if on_term:
+    signal.signal(signal.SIGTERM, stop if on_term == "stop" else signal.SIG_IGN)
 record = dict(argv=sys.argv[1:], cwd=os.getcwd(), env=dict(os.environ), sid=os.getsid(0),
               pgid=os.getpgid(0), pid=os.getpid())
 path = os.path.join(os.environ["RECORD_DIR"], host + ".json")
@@ -68,16 +102,17 @@ def pod(tmp_path):
     keep = {k: os.environ[k] for k in ("PATH", "LANG", "TMPDIR") if k in os.environ}
     env = dict(keep, PATH=f"{bin_dir}:{os.environ['PATH']}",
                FAKE_GCLOUD_LOG=str(tmp_path / "gcloud.log"), HOME=str(home),
-               PYTHON=str(python))
+               PYTHON=str(python), RECORD_DIR=str(records),
+               FAKE_WORKER_PATH=f"{worker_bin}:{os.environ['PATH']}")
 
     class Pod:
         def __init__(self):
             self.tmp, self.env, self.home, self.records = tmp_path, env, home, records
             self.worker_bin = worker_bin
 
-        def launch(self, *args, extra_env=None, check=True):
+        def launch(self, *args, extra_env=None, check=True, timeout=30):
             out = subprocess.run(["bash", str(TPU_POD), *args], env=dict(env, **(extra_env or {})),
-                                 capture_output=True, text=True, timeout=30)
+                                 capture_output=True, text=True, timeout=timeout)
             if check:
                 assert out.returncode == 0, out.stderr
             return out
@@ -115,7 +150,8 @@ def test_tpu_pod_runs_detached_on_every_worker_with_its_log_and_environment(pod)
                      "mesh.fsdp=-1", "trainer.workdir=gs://bucket/run 1",
                      extra_env={"JAXTOM_MODELS": "/mnt/models dir", "XLA_FLAGS": "--xla_a=1",
                                 "LIBTPU_INIT_ARGS": "--tpu_b=2", "MY_FLAG": "x y",
-                                "FORWARD_ENV": "MY_FLAG"})
+                                "FORWARD_ENV": "MY_FLAG",
+                                "CTOM_SIMULATOR_URL": "http://sim-host:8000/v1"})
     assert "note" not in out.stderr  # a gs:// workdir was given
     (call,) = pod.calls()
     assert call[4:7] == ["my-v5p-64", "--zone", "us-east5-a"]
@@ -139,6 +175,7 @@ def test_tpu_pod_runs_detached_on_every_worker_with_its_log_and_environment(pod)
         assert env["JAXTOM_MODELS"] == "/mnt/models dir"
         assert env["XLA_FLAGS"] == "--xla_a=1" and env["LIBTPU_INIT_ARGS"] == "--tpu_b=2"
         assert env["MY_FLAG"] == "x y"
+        assert env["CTOM_SIMULATOR_URL"] == "http://sim-host:8000/v1"
         # its own session (setsid), so the ssh session's end does not reach it
         assert rec["sid"] == rec["pid"] and rec["sid"] != os.getsid(0)
         logs = pod.home / "jaxtom-logs"
@@ -173,6 +210,77 @@ def test_tpu_pod_logs_status_and_stop_reach_the_detached_run(pod):
             os.kill(pid, signal.SIGKILL)
 
 
+LOCAL_WORKERS = ("w-0", "w-1")
+
+
+def _start_local(pod, on_term: str) -> dict[str, int]:
+    """tpu_pod.sh starts the fake run on two localhost workers; {worker: pid}."""
+    out = pod.launch("pod", "zone", "configs/toy_cpu.py", "trainer.workdir=/runs/x",
+                     extra_env={"FAKE_WORKERS": " ".join(LOCAL_WORKERS), "FAKE_SLEEP": "60",
+                                "FAKE_ON_TERM": on_term})
+    pids = {host: pod.record(host)["pid"] for host in LOCAL_WORKERS}
+    for host in LOCAL_WORKERS:
+        assert f"{host}: started pid {pids[host]}" in out.stdout
+    return pids
+
+
+def test_tpu_pod_stop_waits_for_each_workers_run_to_save_and_reports_it(pod):
+    pids = _start_local(pod, "stop")
+    try:
+        # each run takes a second to "save" after SIGTERM: --stop reports only once it exited
+        out = pod.launch("pod", "zone", "--stop",
+                         extra_env={"FAKE_WORKERS": " ".join(LOCAL_WORKERS)})
+        for host in LOCAL_WORKERS:
+            assert (f"{host}: stopped pid {pids[host]} (exit 143, checkpoint at step 7 in "
+                    f"/runs/x/checkpoints)") in out.stdout, out.stdout
+            assert not _alive(pids[host])
+        again = pod.launch("pod", "zone", "--stop",
+                           extra_env={"FAKE_WORKERS": " ".join(LOCAL_WORKERS)})
+        assert all(f"{h}: not running" in again.stdout for h in LOCAL_WORKERS)
+    finally:
+        _kill(pids.values())
+
+
+def test_tpu_pod_stop_gives_up_after_stop_timeout_and_kill_ends_the_run(pod):
+    pids = _start_local(pod, "ignore")
+    workers = {"FAKE_WORKERS": " ".join(LOCAL_WORKERS)}
+    try:
+        out = pod.launch("pod", "zone", "--stop", check=False,
+                         extra_env=dict(workers, STOP_TIMEOUT="1"))
+        assert out.returncode != 0
+        for host in LOCAL_WORKERS:
+            assert f"{host}: pid {pids[host]} still running 1 s after SIGTERM" in out.stdout
+            assert _alive(pids[host])
+        assert "--kill" in out.stdout
+        status = pod.launch("pod", "zone", "--status", extra_env=workers)
+        assert all(f"{h}: running (pid {pids[h]})" in status.stdout for h in LOCAL_WORKERS)
+        killed = pod.launch("pod", "zone", "--kill", extra_env=workers)
+        for host in LOCAL_WORKERS:
+            assert f"{host}: killed pid {pids[host]}" in killed.stdout
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids.values()):
+            assert time.monotonic() < deadline, "--kill left a run going"
+            time.sleep(0.05)
+    finally:
+        _kill(pids.values())
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_tpu_pod_notes_the_ctom_simulator_url_each_worker_would_use(pod):
+    out = pod.launch("pod", "zone", "configs/ctom_math_qwen3_8b.py", "trainer.workdir=gs://b/r")
+    assert "CTOM_SIMULATOR_URL" in out.stderr and "127.0.0.1:8000" in out.stderr
+    for given in ({"CTOM_SIMULATOR_URL": "http://sim:8000/v1"}, {}):
+        args = [] if given else ["ctom.simulator_url=http://sim:8000/v1"]
+        out = pod.launch("pod", "zone", "configs/ctom_math_qwen3_8b.py",
+                         "trainer.workdir=gs://b/r", *args, extra_env=given)
+        assert "note" not in out.stderr
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -189,6 +297,7 @@ def _alive(pid: int) -> bool:
     (("pod", "zone", "c.py"), {"FORWARD_ENV": "NOT_SET_ANYWHERE"}, "not set in this shell"),
     (("pod", "zone", "c.py"), {"REPO_DIR": "/a b"}, "REPO_DIR"),
     (("pod", "zone", "--logs", "many"), {}, "line count"),
+    (("pod", "zone", "--stop"), {"STOP_TIMEOUT": "2m"}, "STOP_TIMEOUT"),
 ])
 def test_tpu_pod_refuses_bad_invocations_before_calling_gcloud(pod, args, env, message):
     out = pod.launch(*args, extra_env=env, check=False)

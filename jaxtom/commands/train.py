@@ -8,6 +8,13 @@ prints one `config error:` line naming the field and exits with status 2 before 
 written or any JAX backend starts. Multi-process runs read the launcher's variables
 (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID): `jax.distributed.initialize`
 runs right after the config is read, before any JAX work.
+
+SIGTERM (or JAX's preemption sync point) stops training after the step in progress, on every
+process: that step's checkpoint is saved and the command prints one line, `jaxtom: stopped
+by SIGTERM (exit 143); checkpoint at step N saved to DIR; rerun the same command to resume`,
+and exits with status 143 (`jaxtom.rl.preemption.STOP_EXIT_CODE`). No later phase starts
+(a MindZero warm-up stopped is not followed by SSRL, nor training by `mindzero run`'s
+evaluation); the same command resumes from that step.
 """
 
 from __future__ import annotations
@@ -130,13 +137,19 @@ def evaluate(config, config_path: str, overrides, checkpoint: str | None = None)
 
 def _command(run):
     """A subcommand: load the config (one line + exit 2 if wrong), start multi-process JAX
-    when launched so, then `run(args, config)`."""
+    when launched so, then `run(args, config)`; a run stopped by SIGTERM prints its one line
+    and exits with `STOP_EXIT_CODE`."""
     def command(args) -> int:
         config = load(args)
         if config is None:
             return 2
         start_distributed()
-        return run(args, config)
+        from jaxtom.rl.preemption import TrainingStopped
+        try:
+            return run(args, config)
+        except TrainingStopped as stop:
+            print(f"jaxtom: {stop}", file=sys.stderr, flush=True)
+            return stop.exit_code
     return command
 
 

@@ -6,7 +6,8 @@ prediction targets). MindZero's warm-up (supervised targets, advantage 1), MindZ
 (particles scored by the ELBO), CToM conversations and the generic completion task are all
 rollouts. The loop owns everything else: the task stream, sampling keys, packing, the update
 (PPO mini-batches live in `Learner.update`), logging (tensorboardX + JSONL + tqdm), eval
-hooks and orbax checkpoints with exact resume.
+hooks, orbax checkpoints with exact resume, and a checkpointed stop on SIGTERM
+(`jaxtom.rl.preemption`).
 
 Determinism and multi-process: the task stream is global (every process draws the same
 batch and takes its slice), each record carries its global `row` within the step, and the
@@ -33,6 +34,7 @@ from jaxtom.rl.batch import (Batch, family_length, first_fit_rows, pack_sequence
 from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
+from jaxtom.rl.preemption import StopSignal, TrainingStopped
 from jaxtom.rl.step import Learner, StepConfig, TrainState
 
 
@@ -306,7 +308,13 @@ class Trainer:
 
     def run(self) -> TrainState:
         """Trains to `cfg.total_steps`, resuming from the newest checkpoint in the workdir
-        (a finished run returns its final state at once)."""
+        (a finished run returns its final state at once). SIGTERM (or, under
+        `jax.distributed`, JAX's preemption sync point) ends it after the step in progress:
+        that step is checkpointed and `TrainingStopped` raised (`jaxtom.rl.preemption`)."""
+        with StopSignal() as stop:
+            return self._run(stop)
+
+    def _run(self, stop: StopSignal) -> TrainState:
         cfg = self.cfg
         workdir = storage.run_dir(cfg.workdir)  # epath; refuses a relative one on many hosts
         ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
@@ -327,6 +335,7 @@ class Trainer:
             from tqdm import tqdm
             bar = tqdm(total=cfg.total_steps, initial=start, desc=self.desc,
                        dynamic_ncols=True, mininterval=1.0)
+        stopped = None  # (step, what asked for the stop)
         try:
             for step in range(start, cfg.total_steps):
                 began = time.perf_counter()
@@ -345,28 +354,35 @@ class Trainer:
                         metrics.update({f"eval/{k}": float(v)
                                         for k, v in hook(step + 1, model).items()})
                     metrics["time/monitor_seconds"] = time.perf_counter() - began
-                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.total_steps:
+                cause = stop.requested()  # every step, on every process (JAX's sync point)
+                if (cause or (step + 1) % cfg.checkpoint_every == 0
+                        or step + 1 == cfg.total_steps):
                     began = time.perf_counter()
                     ckpt.save(step + 1, state, data.get_state())
                     metrics["time/checkpoint_seconds"] = time.perf_counter() - began
                 if (step + 1) % cfg.log_every == 0:
                     logger.log(step + 1, metrics)
+                if cause:
+                    stopped = (step + 1, cause)
+                    break
         finally:
             if bar is not None:
                 bar.close()
             logger.close()
-            ckpt.close()
+            ckpt.close()  # waits for the save in flight: a stopped run's checkpoint is whole
+        if stopped is not None:
+            raise TrainingStopped(stopped[0], str(workdir / "checkpoints"), stopped[1])
         return state
 
     def train_step(self, state: TrainState, tasks: list[dict], step: int):
-        # the key data is replicated over the (possibly multi-process) mesh: take this
-        # process's copy, so rollouts run on local devices only
         clock = [time.perf_counter()]
 
         def lap() -> float:  # seconds since the previous lap
             clock.append(time.perf_counter())
             return clock[-1] - clock[-2]
 
+        # the key data is replicated over the (possibly multi-process) mesh: take this
+        # process's copy, so rollouts run on local devices only
         rng = np.asarray(state.rng.addressable_data(0))
         key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
         rollout = self.rollout_fn(self.learner.sampling_model(state), tasks, key, step)
