@@ -62,7 +62,7 @@ DEFAULT_HEADROOM = 0.9  # plan to fill at most this fraction of a chip (runtime,
 # slices' 4 devices per host, the most processes (so the largest sampler calls) of them all
 POD_DEVICES_PER_HOST = 4
 MAX_SINGLE_HOST_DEVICES = 8
-PADDING_LIMIT = 0.1  # the report suggests another layout when padding exceeds this share
+PADDING_LIMIT = 0.1  # padding rows per real row above which the report names another mesh
 
 
 def accelerator(name: str) -> str:
@@ -98,9 +98,10 @@ def infer_processes(devices: int, kind: str | None = None) -> tuple[int, str]:
 
 
 def padding(rows: int, padded: int) -> dict[str, Any]:
-    """Padding rows an update computes: how many and their share of the computed rows."""
+    """Padding rows an update computes on top of `rows` real ones; `fraction` is padding
+    rows per real row, the update's extra compute."""
     return {"rows": rows, "padded_rows": padded, "padding_rows": padded - rows,
-            "fraction": (padded - rows) / padded if padded else 0.0}
+            "fraction": (padded - rows) / rows if rows else 0.0}
 
 
 def less_padding(config, mcfg, sizes) -> dict[str, Any] | None:
@@ -116,7 +117,7 @@ def less_padding(config, mcfg, sizes) -> dict[str, Any] | None:
     def pad(dp: int) -> int:
         return update_rows(rows, dp, s.ppo_mini_batches, s.micro_batches)[0]
 
-    if (pad(sizes[0] * sizes[1]) - rows) <= PADDING_LIMIT * pad(sizes[0] * sizes[1]):
+    if padding(rows, pad(sizes[0] * sizes[1]))["fraction"] <= PADDING_LIMIT:
         return None
     best = None
     for tensor in (2, 4, 8):

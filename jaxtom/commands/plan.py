@@ -48,15 +48,14 @@ def report(result: dict[str, Any]) -> str:
                 if u["prediction_rows"] else "")
              + f", compiled in {u['compile_seconds']:.0f} s; per device:"]
     pad = u["padding"]
-    lines.append(f"  padding: {pad['padding_rows']} of the {pad['padded_rows']} rows "
-                 f"({pad['fraction']:.0%}) carry nothing and compute like real ones")
+    lines.append(f"  padding: {pad['padding_rows']} empty rows on top of {pad['rows']} "
+                 f"(+{pad['fraction']:.0%} update compute)")
     if "less_padding" in u:
         better = u["less_padding"]
         data, fsdp, tensor = better["mesh"]
         lines.append(f"  note: mesh.data={data} mesh.fsdp={fsdp} mesh.tensor={tensor} pads "
-                     f"{better['padding']['padding_rows']} of "
-                     f"{better['padding']['padded_rows']} rows "
-                     f"({better['padding']['fraction']:.0%}) on these devices")
+                     f"{better['padding']['padding_rows']} rows "
+                     f"(+{better['padding']['fraction']:.0%}) on these devices")
     if u["prediction_rows_left_out"]:
         lines.append("  note: the config sizes CToM's prediction rows from the data "
                      "(pred_rows=0), so they are not in this plan; set ctom.pred_rows to "
