@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from jaxtom.errors import UserError
 from jaxtom.rl.losses import ADVANTAGE_SCALES
 from jaxtom.rl.step import REFERENCES, StepConfig
 from jaxtom.rl.trainer import TrainerConfig
@@ -26,7 +27,7 @@ from jaxtom.rl.trainer import TrainerConfig
 DTYPES = ("float32", "bfloat16")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is wrong: `field` names it, `expected` says what would be right."""
 
     def __init__(self, field: str, expected: str, got: Any):
@@ -370,3 +371,44 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         raise ConfigError(f"{path}:get_config()", "a jaxtom.config.Config",
                           type(config).__name__)
     return validate(apply_overrides(config, list(overrides)))
+
+
+def section_from_dict(cls, data: dict, where: str):
+    """A section dataclass from the dict `dataclasses.asdict` made of it (read back from
+    JSON): nested dataclass fields from their defaults' types, JSON lists back to tuples.
+    An unknown field is a ConfigError naming it (`where`: its dotted prefix)."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"an object of {cls.__name__} fields", data)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", f"a {cls.__name__} field", unknown[0])
+    kwargs = {}
+    for name, value in data.items():
+        default = fields[name].default
+        if dataclasses.is_dataclass(default) and value is not None:
+            value = section_from_dict(type(default), value, f"{where}.{name}")
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict, papers: dict[str, type]) -> Config:
+    """The Config a run recorded as `dataclasses.asdict(config)` (its workdir's config.json),
+    validated; `papers` maps each paper section the dict holds to its class."""
+    if not isinstance(data, dict):
+        raise ConfigError("config.json", "an object of Config sections", type(data).__name__)
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    unknown = sorted(set(data) - set(sections))
+    if unknown:
+        raise ConfigError(unknown[0], f"a Config section ({sorted(sections)})", unknown[0])
+    kwargs = {}
+    for name, value in data.items():
+        if value is None:
+            continue
+        cls = papers.get(name) or type(sections[name].default)
+        if cls is type(None):
+            raise ConfigError(name, "a paper section whose class is known", name)
+        kwargs[name] = section_from_dict(cls, value, name)
+    return validate(Config(**kwargs))

@@ -57,8 +57,29 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
         raise ValueError(
             f"mesh (data, fsdp, tensor)={tuple(sizes)} needs {math.prod(sizes)} devices but "
             f"{len(devices)} are available; the product of the sizes must equal the device count")
-    grid = np.asarray(devices, dtype=object).reshape(sizes)
-    return Mesh(grid, MESH_AXES)
+    return Mesh(device_grid(sizes, devices), MESH_AXES)
+
+
+def device_grid(sizes: Sequence[int], devices: Sequence[jax.Device]) -> np.ndarray:
+    """`devices` as a (data, fsdp, tensor) array laid out on the interconnect by
+    `mesh_utils.create_device_mesh`: on TPU the chips of the most talkative axes (tensor,
+    then fsdp) are physical neighbours; on GPU devices are ordered by id; on CPU it is
+    `devices` in order. Devices of several slices (`device.slice_index`, multi-slice TPU)
+    are joined by `create_hybrid_device_mesh` with the data axis across the slices, so only
+    the gradient all-reduce crosses the data-centre network."""
+    from jax.experimental import mesh_utils
+
+    sizes = [int(s) for s in sizes]
+    slices = sorted({getattr(d, "slice_index", 0) for d in devices})
+    if len(slices) > 1:
+        n = len(slices)
+        if sizes[0] % n:
+            raise ValueError(f"mesh (data, fsdp, tensor)={tuple(sizes)} spans {n} slices; the "
+                             f"data axis runs across slices, so mesh.data must be a multiple "
+                             f"of {n} (e.g. mesh.data={n})")
+        return mesh_utils.create_hybrid_device_mesh(
+            [sizes[0] // n, *sizes[1:]], [n, 1, 1], devices, allow_split_physical_axes=True)
+    return mesh_utils.create_device_mesh(sizes, devices, allow_split_physical_axes=True)
 
 
 def logical_to_spec(axes: Sequence[str | None], rules: dict[str, Any] | None = None

@@ -24,6 +24,7 @@ XLA's own count is reported beside them under a name that says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -36,12 +37,98 @@ from jaxtom.plan_shapes import (  # noqa: F401
     device_bytes, image_patches, mesh_sizes, model_config, new_model, padded_rows,
     prediction_rows, rollout_rows, text_config, with_shardings, xla_flops, xla_memory)
 
-# Nominal per-chip memory as the vendors quote it, in units of 1e9 bytes. The real usable
-# capacity is slightly larger for all four (e.g. an H100 reports ~79.6 GiB = 85.5e9 bytes),
-# so these are conservative.
-ACCELERATORS: dict[str, float] = {"H100-80GB": 80 * GB, "H200-141GB": 141 * GB,
-                                  "v5p-95GB": 95 * GB, "v6e-32GB": 32 * GB}
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+    """A chip a plan is checked against, per JAX device (a TPU v5p/v5e/v6e chip, a GPU)."""
+    memory_bytes: float  # nominal memory as the vendor quotes it, in 1e9-byte GB
+    bf16_tflops: float  # dense bf16 peak (vendor datasheet)
+    single_host_devices: int  # the most devices one host holds (v5p-8: 4 chips, v6e-8: 8)
+    devices_per_host: int  # devices per host in a multi-host slice or cluster
+
+
+# The real usable capacity is slightly larger than the nominal one for all of them (e.g. an
+# H100 reports ~79.6 GiB = 85.5e9 bytes), so these are conservative. A v5e chip has 16 GiB
+# of HBM; 16e9 bytes is planned, like the others' nominal GB.
+ACCELERATOR_SPECS: dict[str, Accelerator] = {
+    "H100-80GB": Accelerator(80 * GB, 989.0, 8, 8),
+    "H200-141GB": Accelerator(141 * GB, 989.0, 8, 8),
+    "v5p-95GB": Accelerator(95 * GB, 459.0, 4, 4),
+    "v5e-16GB": Accelerator(16 * GB, 197.0, 8, 4),
+    "v6e-32GB": Accelerator(32 * GB, 918.0, 8, 4),
+}
+ACCELERATORS: dict[str, float] = {k: a.memory_bytes for k, a in ACCELERATOR_SPECS.items()}
 DEFAULT_HEADROOM = 0.9  # plan to fill at most this fraction of a chip (runtime, fragmentation)
+# without --accelerator: a run on more devices than one host holds is planned at the TPU
+# slices' 4 devices per host, the most processes (so the largest sampler calls) of them all
+POD_DEVICES_PER_HOST = 4
+MAX_SINGLE_HOST_DEVICES = 8
+PADDING_LIMIT = 0.1  # padding rows per real row above which the report names another mesh
+
+
+def accelerator(name: str) -> str:
+    """The ACCELERATOR_SPECS key `name` names: the key itself or its family ("v5e", "h100"),
+    case-insensitively; a PlanError listing them otherwise."""
+    for key in ACCELERATOR_SPECS:
+        if name.lower() in (key.lower(), key.split("-")[0].lower()):
+            return key
+    raise PlanError(f"--accelerator {name!r}: expected one of "
+                    f"{[k.split('-')[0] for k in ACCELERATOR_SPECS]}")
+
+
+def infer_processes(devices: int, kind: str | None = None) -> tuple[int, str]:
+    """(processes, how they were inferred) of a run on `devices` devices: one when a host
+    holds them all, else one per host of the accelerator's `devices_per_host` (for `kind`
+    None: up to 8 devices on one host, else the TPU slices' 4 per host, the most processes
+    of the listed chips and so the largest sampler calls)."""
+    if kind is None:
+        single, per = MAX_SINGLE_HOST_DEVICES, POD_DEVICES_PER_HOST
+        host = "host"
+        also = ("; TPU slices hold 4 devices per host, an 8-GPU host runs half as many "
+                "processes: pass --accelerator or --processes")
+    else:
+        spec = ACCELERATOR_SPECS[kind]
+        single, per, host, also = (spec.single_host_devices, spec.devices_per_host,
+                                   f"{kind} host", "")
+    if devices <= single:
+        return 1, f"one {host} holds up to {single} devices"
+    if devices % per:
+        raise PlanError(f"{devices} devices do not split into hosts of {per} devices; pass "
+                        "--processes P")
+    return devices // per, f"{devices} devices / {per} per {host}{also}"
+
+
+def padding(rows: int, padded: int) -> dict[str, Any]:
+    """Padding rows an update computes on top of `rows` real ones; `fraction` is padding
+    rows per real row, the update's extra compute."""
+    return {"rows": rows, "padded_rows": padded, "padding_rows": padded - rows,
+            "fraction": (padded - rows) / rows if rows else 0.0}
+
+
+def less_padding(config, mcfg, sizes) -> dict[str, Any] | None:
+    """A mesh over the same devices whose update pads `rollout_rows(config)` least, when
+    `sizes` pads more than PADDING_LIMIT: the batch rows split over data x fsdp devices, so
+    moving devices onto the tensor axis (which must divide the head counts) changes it."""
+    from jaxtom.rl.batch import update_rows
+
+    rows, s = rollout_rows(config), config.step
+    text = text_config(mcfg)
+    n = math.prod(sizes)
+
+    def pad(dp: int) -> int:
+        return update_rows(rows, dp, s.ppo_mini_batches, s.micro_batches)[0]
+
+    if padding(rows, pad(sizes[0] * sizes[1]))["fraction"] <= PADDING_LIMIT:
+        return None
+    best = None
+    for tensor in (2, 4, 8):
+        if n % tensor or text.num_heads % tensor or text.num_kv_heads % tensor:
+            continue
+        padded = pad(n // tensor)
+        if best is None or padded < best["padding"]["padded_rows"]:
+            best = {"mesh": (1, n // tensor, tensor), "padding": padding(rows, padded)}
+    if best is None or best["padding"]["fraction"] > PADDING_LIMIT:
+        return None
+    return best
 
 
 def plan_update(config, mcfg, mesh) -> dict[str, Any]:
@@ -137,21 +224,27 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
             "update": {**train, "batch": device_bytes(batch)}}
 
 
-def check_processes(config, devices: int, processes: int) -> None:
+def check_processes(config, devices: int, processes: int,
+                    inferred: str | None = None) -> None:
     """A run over several processes needs equal devices per process and at least one task
-    record per process and step (`rl.trainer.TaskStream`)."""
+    record per process and step (`rl.trainer.TaskStream`). `inferred`: how `processes` was
+    inferred, said in the error."""
+    how = f" (inferred: {inferred})" if inferred else ""
     if processes < 1 or devices % processes:
-        raise PlanError(f"--processes {processes} must be a positive divisor of the mesh's "
-                        f"{devices} devices (one process per host, equal devices per host)")
+        raise PlanError(f"--processes {processes}{how} must be a positive divisor of the "
+                        f"mesh's {devices} devices (one process per host, equal devices per "
+                        "host)")
     if config.trainer.prompts_per_step < processes:
         raise PlanError(f"trainer.prompts_per_step={config.trainer.prompts_per_step} is fewer "
-                        f"than --processes {processes}: every process needs at least one task "
-                        "record per step")
+                        f"than --processes {processes}{how}: every process needs at least one "
+                        "task record per step")
 
 
 def plan(config, *, devices: int | None = None, rollout: bool = True,
-         headroom: float = DEFAULT_HEADROOM, processes: int = 1) -> dict[str, Any]:
-    """Every figure of the plan as a dict (the JSON line). JAX must already see the devices."""
+         headroom: float = DEFAULT_HEADROOM, processes: int = 1,
+         processes_inferred: str | None = None) -> dict[str, Any]:
+    """Every figure of the plan as a dict (the JSON line). JAX must already see the devices.
+    `processes_inferred`: how `processes` was inferred (`infer_processes`), None when given."""
     import jax
 
     from jaxtom import parallel
@@ -162,7 +255,7 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         raise PlanError(f"mesh {sizes} needs {n} devices but JAX sees {jax.device_count()}; "
                         f"start Python with XLA_FLAGS=--xla_force_host_platform_device_count={n}"
                         " (the `jaxtom plan` command does this itself)")
-    check_processes(config, n, processes)
+    check_processes(config, n, processes, processes_inferred)
     mesh = parallel.make_mesh(*sizes, devices=jax.devices()[:n])
     mcfg = model_config(config.model)
     text = text_config(mcfg)
@@ -173,8 +266,12 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
                   "param_dtype": text.param_dtype, "compute_dtype": text.compute_dtype,
                   "lora_rank": config.model.lora_rank},
         "mesh": {"data": sizes[0], "fsdp": sizes[1], "tensor": sizes[2], "devices": n,
-                 "processes": processes},
+                 "processes": processes, "processes_inferred": processes_inferred},
         "update": update}
+    update["padding"] = padding(rollout_rows(config), update["rows"])
+    suggestion = less_padding(config, mcfg, sizes)
+    if suggestion is not None:
+        update["less_padding"] = suggestion
     out["resident"] = resident_terms(config, mesh, processes, mcfg=mcfg)
     # buffers the run keeps beside the train state through every program (see resident_terms)
     kept = out["resident"]["init_state"].get("start_model", 0)
@@ -213,6 +310,7 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
         "sampling_total": out["rollout"]["flops"] if rollout else None}
     out["headroom"] = headroom
     out["fits"] = fits(peak, headroom)
+    out["accelerators"] = {k: dataclasses.asdict(a) for k, a in ACCELERATOR_SPECS.items()}
     return out
 
 

@@ -16,6 +16,8 @@ import os
 import jax
 from etils import epath
 
+from jaxtom.errors import BadInputError, StorageError
+
 
 def is_uri(p) -> bool:
     """Whether `p` names an object store (`gs://`, `s3://`, ...) rather than a local path."""
@@ -42,9 +44,36 @@ def check_shared_workdir(workdir, what: str = "trainer.workdir") -> None:
     n = jax.process_count()
     s = os.fspath(workdir)
     if n > 1 and not is_uri(s) and not os.path.isabs(s):
-        raise ValueError(f"{what}={s!r} is relative, but this run has {n} processes and every "
-                         f"host must see the same storage: give an absolute path on a shared "
-                         f"mount or a bucket URI such as gs://BUCKET/{s}")
+        raise BadInputError(f"{what}={s!r} is relative, but this run has {n} processes and every "
+                            f"host must see the same storage: give an absolute path on a "
+                            f"shared mount or a bucket URI such as gs://BUCKET/{s}")
+
+
+def check_writable(directory, what: str = "trainer.workdir") -> None:
+    """Creates `directory` if needed, then writes, reads back, lists and deletes a probe file
+    in it, so a run whose outputs cannot be stored fails at once, before any model is built,
+    with a `StorageError` naming the directory. Every process writes its own probe."""
+    d = path(directory)
+    probe = d / f".jaxtom-write-probe-{jax.process_index()}-{os.getpid()}"
+    # an object store's client fails in its own ways (permissions, credentials, a missing
+    # gcsfs); a local file system with an OSError
+    failures = Exception if is_uri(d) else OSError
+    step = "create"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        step = "write a file in"
+        probe.write_text("probe")
+        step = "read a file back from"
+        if probe.read_text() != "probe":
+            raise OSError(f"read back something else than was written to {probe}")
+        step = "list"
+        next(iter(d.iterdir()), None)
+        step = "delete a file in"
+        probe.unlink()
+    except failures as err:
+        raise StorageError(f"{what}={os.fspath(directory)}: cannot {step} the directory "
+                           f"({type(err).__name__}: {err}); expected a directory this process "
+                           f"can create, write and read") from err
 
 
 def run_dir(workdir, what: str = "trainer.workdir") -> epath.Path:

@@ -83,16 +83,22 @@ class Tokenizer:
         """A `tokenizer.json` (or a directory holding one) or a sentencepiece `.model`;
         local or remote (`gs://...`, read through etils.epath)."""
         from jaxtom import storage
+        from jaxtom.errors import BadInputError, MissingInputError
         path = storage.path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.exists():
-            raise FileNotFoundError(f"tokenizer file not found: {path}")
+            raise MissingInputError(f"{path}: tokenizer file not found (expected a "
+                                    "tokenizer.json or a sentencepiece .model)")
         if path.suffix == ".model":
             import sentencepiece as spm
             return cls(spm.SentencePieceProcessor(model_proto=path.read_bytes()), **kwargs)
         from tokenizers import Tokenizer as HFTokenizer
-        backend = HFTokenizer.from_str(path.read_text())
+        try:
+            backend = HFTokenizer.from_str(path.read_text())
+        except Exception as err:  # the tokenizers library raises a bare Exception
+            raise BadInputError(f"{path}: not a readable tokenizer.json ({err}); expected a "
+                                "Hugging Face tokenizers file (truncated download?)") from err
         vocab = backend.get_vocab(with_added_tokens=True)
         if "chat_format" not in kwargs:
             kwargs["chat_format"] = ("qwen3" if "<|im_start|>" in vocab else

@@ -91,6 +91,36 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+class _FakeDevice:
+    """What the mesh layout reads of a device: its platform, kind, id and slice."""
+
+    def __init__(self, id, slice_index, platform="cpu"):
+        self.id, self.slice_index, self.platform = id, slice_index, platform
+        self.device_kind, self.process_index = platform, slice_index
+
+    def __repr__(self):
+        return f"D{self.id}/s{self.slice_index}"
+
+
+def test_device_grid_keeps_one_slice_in_order_and_puts_data_across_slices():
+    one = [_FakeDevice(i, 0) for i in range(8)]
+    grid = parallel.device_grid((2, 2, 2), one)
+    assert [d.id for d in grid.flat] == list(range(8))  # CPU: jax.devices() order
+    # GPU: by device id, whatever order the list came in
+    gpus = [_FakeDevice(i, 0, "gpu") for i in (3, 1, 0, 2)]
+    assert [d.id for d in parallel.device_grid((1, 4, 1), gpus).flat] == [0, 1, 2, 3]
+    two = [_FakeDevice(i, i // 4) for i in range(8)]
+    grid = parallel.device_grid((2, 4, 1), two)
+    assert grid.shape == (2, 4, 1)
+    assert {d.slice_index for d in grid[0].flat} == {0}
+    assert {d.slice_index for d in grid[1].flat} == {1}  # each data index: one slice
+    grid = parallel.device_grid((4, 2, 1), two)
+    assert [{d.slice_index for d in grid[i].flat} for i in range(4)] == [{0}, {0}, {1}, {1}]
+    with pytest.raises(ValueError, match=r"spans 2 slices; .* mesh.data must be a multiple "
+                                         r"of 2 \(e.g. mesh.data=2\)"):
+        parallel.device_grid((1, 8, 1), two)
+
+
 def test_sharded_forward_and_generation_equal_single_device():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
            "JAX_PLATFORMS": "cpu"}

@@ -76,7 +76,8 @@ def test_tiny_plan_figures_are_consistent(tiny_dir):
     for result, fsdp, sequences in ((two, 2, 9), (four, 4, 12)):
         u, mem = result["update"], result["update"]["memory"]
         assert result["mesh"] == {"data": 1, "fsdp": fsdp, "tensor": 1, "devices": fsdp,
-                                  "processes": fsdp // 2}
+                                  "processes": fsdp // 2, "processes_inferred": (
+                                      "one host holds up to 8 devices" if fsdp == 2 else None)}
         assert result["model"]["params"] == cfg.num_params() == result["model"]["trainable_params"]
         # one sequence per row, padded to a multiple of data x fsdp (micro/mini = 1)
         assert u["rows"] == math.ceil(sequences / fsdp) * fsdp and u["row_len"] == 64
@@ -145,6 +146,10 @@ def test_update_flops_match_xla_on_one_device(tiny_dir, config, extra):
                        "step.kl_coef=0.01", "step.micro_batches=1", *extra, "--no-rollout")
     u = result["update"]
     assert result["mesh"]["devices"] == 1
+    # no --processes: inferred, and said so
+    assert result["mesh"]["processes"] == 1
+    assert result["mesh"]["processes_inferred"] == "one host holds up to 8 devices"
+    assert "v5e-16GB" in result["fits"] and "v5e-16GB" in result["accelerators"]
     # elementwise work (norms, softmax, RoPE, the loss) is not in the analytic count
     assert 1.0 <= u["xla_flops_per_device_loop_bodies_once"] / u["flops"] < 1.1
     if "step.lora=true" in extra:
@@ -179,6 +184,58 @@ def test_bad_input_is_one_line_exit_2(args, starts, tiny_dir, capsys):
     assert captured.out == ""
 
 
+@pytest.mark.parametrize("devices, kind, processes", [
+    (1, None, 1), (8, None, 1), (16, None, 4), (32, None, 8), (64, None, 16),
+    (32, "H100", 4), (16, "h200", 2), (8, "v5p", 2), (4, "v5p", 1), (32, "v5p", 8),
+    (8, "v5e", 1), (32, "v5e", 8), (8, "v6e", 1), (32, "v6e-32GB", 8)])
+def test_processes_are_inferred_from_the_devices_per_host(devices, kind, processes):
+    got, how = plan.infer_processes(devices, plan.accelerator(kind) if kind else None)
+    assert got == processes and how
+
+
+def test_inferred_processes_are_checked_and_named(tiny_dir, capsys):
+    """32 devices plan 8 processes (4 TPU chips per host) unless told otherwise, 4 on 8-GPU
+    hosts, so 3 prompts per step are too few; the error says how the count was inferred.
+    No compiling happens."""
+    common = [TOY, f"model.path={tiny_dir}", "mesh.fsdp=32", "trainer.prompts_per_step=3"]
+    assert plan_cli.main(common) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("plan error: trainer.prompts_per_step=3 is fewer than --processes "
+                           "8 (inferred: 32 devices / 4 per host; "), line
+    assert plan_cli.main([*common, "--accelerator", "H100"]) == 2
+    assert "--processes 4 (inferred: 32 devices / 8 per H100-80GB host)" in \
+        capsys.readouterr().err
+    assert plan_cli.main([*common, "--accelerator", "tpu9"]) == 2
+    assert "--accelerator 'tpu9': expected one of" in capsys.readouterr().err
+
+
+CTOM_PAPER = [str(ROOT / "configs" / f"ctom_{d}_qwen3_8b.py")
+              for d in ("coding", "math", "writing")]
+# the 32-device mesh jaxtom/ctom/experiments.py documents for the CToM paper configs
+CTOM_32_DEVICES = ("mesh.fsdp=16", "mesh.tensor=2")
+
+
+@pytest.mark.parametrize("config", CTOM_PAPER)
+def test_ctom_paper_configs_pad_at_most_a_tenth_on_32_devices(config, monkeypatch):
+    """144 rows (36 prompts x 4) in 3 PPO mini-batches: on 32 data x fsdp devices each
+    mini-batch of 48 rows pads to 64 (192 in all); on the documented (1, 16, 2) mesh none
+    pads, and the plan names that mesh when the config's fsdp=-1 takes all 32."""
+    from jaxtom.rl.batch import update_rows
+
+    monkeypatch.setenv("JAXTOM_MODELS", str(QWEN3_4B_DIR.parent))
+    config = load_config(config, list(CTOM_32_DEVICES))
+    mcfg = plan.model_config(config.model)
+    rows, s = plan.rollout_rows(config), config.step
+    sizes = plan.mesh_sizes(config.mesh, 32)
+    assert sizes == (1, 16, 2)
+    padded = update_rows(rows, sizes[0] * sizes[1], s.ppo_mini_batches, s.micro_batches)[0]
+    assert plan.padding(rows, padded)["fraction"] <= plan.PADDING_LIMIT
+    assert plan.less_padding(config, mcfg, sizes) is None
+    better = plan.less_padding(config, mcfg, (1, 32, 1))
+    assert plan.padding(rows, 192)["fraction"] > plan.PADDING_LIMIT
+    assert better["mesh"] == (1, 16, 2) and better["padding"]["padding_rows"] == 0
+
+
 def test_missing_config_json_is_one_line_exit_2(tmp_path, capsys):
     (tmp_path / "model.safetensors").write_text("")  # weights alone are not enough
     assert plan_cli.main([TOY, f"model.path={tmp_path}"]) == 2
@@ -205,7 +262,9 @@ def test_sampler_call_rows_is_the_largest_call_generate_rows_makes(prompts, roll
 
 def test_fits_leaves_headroom_on_each_chip():
     assert plan.fits(72e9) == {"H100-80GB": True, "H200-141GB": True, "v5p-95GB": True,
-                               "v6e-32GB": False}
+                               "v5e-16GB": False, "v6e-32GB": False}
+    assert plan.fits(14.4e9)["v5e-16GB"] and not plan.fits(14.5e9)["v5e-16GB"]
+    assert plan.ACCELERATOR_SPECS["v5e-16GB"].bf16_tflops == 197.0
     assert plan.fits(72.1e9)["H100-80GB"] is False  # over 90% of 80 GB
     assert plan.fits(72.1e9, headroom=1.0)["H100-80GB"] is True
     with pytest.raises(ValueError, match="headroom"):
@@ -291,3 +350,37 @@ def test_ctom_plan_counts_the_kept_kv_store_for_every_conversation():
     assert terms["rollout"]["kept_kv_store"] == 2 * 2 * 12 * 2 * slots * 16 * 4
     off = dataclasses.replace(config, ctom=dataclasses.replace(config.ctom, reuse_cache=False))
     assert "kept_kv_store" not in plan.resident_terms(off, mesh)["rollout"]
+
+
+def _paper_configs() -> list[tuple[str, tuple[str, ...]]]:
+    """(config, arguments) of every paper config on the mesh it documents: MindZero's own
+    (1, 8, 1), one 8-GPU host (launch/README.md's table); CToM's on 32 devices as
+    `CTOM_32_DEVICES` (jaxtom/ctom/experiments.py)."""
+    import glob
+
+    out = []
+    for path in sorted(glob.glob(str(ROOT / "configs" / "*.py"))):
+        name = Path(path).stem
+        if not any(k in name for k in ("_qwen3_", "_qwen3vl_4b", "_qwen3vl_8b", "_llama")):
+            continue
+        out.append((path, (*CTOM_32_DEVICES, "--devices", "32") if name.startswith("ctom_")
+                    else ()))
+    return out
+
+
+@pytest.mark.slow  # an 8B update and sampler compiled on 8 or 32 simulated devices each
+@pytest.mark.parametrize("config, args", _paper_configs(),
+                         ids=[Path(c).stem for c, _ in _paper_configs()])
+def test_every_paper_config_plans_on_its_documented_mesh(config, args):
+    """Every paper config plans from its model's config.json alone: the chips listed include
+    v5e, the process count is inferred (one 8-device host; 8 hosts of 4 TPU chips for 32
+    devices) and said, and CToM's update pads at most a tenth of its rows on 32 devices."""
+    env = {"JAXTOM_MODELS": str(QWEN3_4B_DIR.parent), "JAXTOM_REWARD_URL": "http://127.0.0.1:1"}
+    result = plan_json(config, *args, env=env)
+    mesh = result["mesh"]
+    assert "v5e-16GB" in result["fits"] and "v5e-16GB" in result["accelerators"]
+    assert mesh["processes_inferred"]
+    assert mesh["processes"] == (8 if mesh["devices"] == 32 else 1)
+    assert "rollout" in result and result["rollout"]["processes"] == mesh["processes"]
+    if Path(config).stem.startswith("ctom_"):
+        assert mesh["devices"] == 32 and result["update"]["padding"]["fraction"] <= 0.1

@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from jaxtom.plan import (
-    DEFAULT_HEADROOM, GIB, PlanError, check_processes, mesh_sizes, model_config, plan,
+    ACCELERATOR_SPECS, DEFAULT_HEADROOM, GIB, PlanError, accelerator, check_processes,
+    infer_processes, mesh_sizes, model_config, plan,
 )
 
 
@@ -38,12 +39,23 @@ def report(result: dict[str, Any]) -> str:
              f"params ({count(m['trainable_params'])} trainable), params "
              f"{m['param_dtype']}, compute {m['compute_dtype']}",
              f"mesh data={mesh['data']} fsdp={mesh['fsdp']} tensor={mesh['tensor']} "
-             f"({mesh['devices']} devices)",
+             f"({mesh['devices']} devices), {mesh['processes']} process(es)"
+             + (f" (inferred: {mesh['processes_inferred']})"
+                if mesh.get("processes_inferred") else ""),
              f"update step: {u['rows']} rows x {u['row_len']} tokens "
              f"({u['rows_per_device_per_micro_batch']} per device per micro-batch)"
              + (f" + {u['prediction_rows']} prediction rows x {u['prediction_row_len']}"
                 if u["prediction_rows"] else "")
              + f", compiled in {u['compile_seconds']:.0f} s; per device:"]
+    pad = u["padding"]
+    lines.append(f"  padding: {pad['padding_rows']} empty rows on top of {pad['rows']} "
+                 f"(+{pad['fraction']:.0%} update compute)")
+    if "less_padding" in u:
+        better = u["less_padding"]
+        data, fsdp, tensor = better["mesh"]
+        lines.append(f"  note: mesh.data={data} mesh.fsdp={fsdp} mesh.tensor={tensor} pads "
+                     f"{better['padding']['padding_rows']} rows "
+                     f"(+{better['padding']['fraction']:.0%}) on these devices")
     if u["prediction_rows_left_out"]:
         lines.append("  note: the config sizes CToM's prediction rows from the data "
                      "(pred_rows=0), so they are not in this plan; set ctom.pred_rows to "
@@ -91,6 +103,8 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"per-device peak {_size(peak).strip()}; fits (at {result['headroom']:.0%} of "
                  "the chip): " + ", ".join(f"{k} {'yes' if v else 'NO'}"
                                            for k, v in result["fits"].items()))
+    lines.append("chips (bf16 peak per device): " + ", ".join(
+        f"{k} {a['bf16_tflops']:.0f} TFLOP/s" for k, a in result["accelerators"].items()))
     if not all(result["fits"].values()):
         lines.append("largest term: " + largest_term(result))
     return "\n".join(lines)
@@ -152,7 +166,10 @@ def run(args) -> int:
             raise PlanError(f"--headroom must be a fraction in (0, 1], got {args.headroom}")
         config = load_config(args.config, args.overrides)
         n = math.prod(mesh_sizes(config.mesh, args.devices))
-        check_processes(config, n, args.processes)
+        kind = accelerator(args.accelerator) if args.accelerator else None
+        processes, inferred = ((args.processes, None) if args.processes is not None
+                               else infer_processes(n, kind))
+        check_processes(config, n, processes, inferred)
         model_config(config.model)
     except (ConfigError, PlanError) as err:
         print(str(err) if isinstance(err, ConfigError) else f"plan error: {err}",
@@ -168,7 +185,8 @@ def run(args) -> int:
                "--headroom", str(args.headroom)]
         cmd += ["--devices", str(args.devices)] if args.devices else []
         cmd += ["--no-rollout"] if args.no_rollout else []
-        cmd += ["--processes", str(args.processes)]
+        cmd += ["--processes", str(args.processes)] if args.processes is not None else []
+        cmd += ["--accelerator", args.accelerator] if args.accelerator else []
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         sys.stdout.write(done.stdout)
         sys.stderr.write(done.stderr)
@@ -178,7 +196,8 @@ def run(args) -> int:
     start = time.perf_counter()
     try:
         result = plan(config, devices=args.devices, rollout=not args.no_rollout,
-                      headroom=args.headroom, processes=args.processes)
+                      headroom=args.headroom, processes=processes,
+                      processes_inferred=inferred)
     except (ConfigError, PlanError) as err:
         print(str(err) if isinstance(err, ConfigError) else f"plan error: {err}",
               file=sys.stderr)
@@ -197,9 +216,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="devices to plan for when the mesh has a -1 axis")
     p.add_argument("--headroom", type=float, default=DEFAULT_HEADROOM,
                    help="fraction of each chip's memory a plan may fill (default 0.9)")
-    p.add_argument("--processes", type=int, default=1,
+    p.add_argument("--processes", type=int, default=None,
                    help="processes (hosts) the run spans; a sampler call samples up to "
-                        "trainer.rollout_rows rows per process (default 1)")
+                        "trainer.rollout_rows rows per process (default: inferred from the "
+                        "devices and --accelerator, and printed)")
+    p.add_argument("--accelerator", default=None,
+                   help="the chip the run will use, to infer --processes from its devices "
+                        f"per host: one of {[k.split('-')[0] for k in ACCELERATOR_SPECS]} "
+                        "(default: one host up to 8 devices, else 4 devices per host)")
     p.add_argument("--no-rollout", action="store_true",
                    help="plan the update step only (skip compiling the sampler)")
 

@@ -88,6 +88,19 @@ def mindzero_evaluate(config, checkpoint, test=None, train=None):
     return evaluate_run(config, checkpoint, test=test, train=train)
 
 
+def record_config(config) -> None:
+    """The config as `workdir/config.json` (process 0 writes it), as MindZero's driver
+    records its own: what `jaxtom export` rebuilds the run's model from."""
+    import dataclasses
+
+    import jax
+
+    from jaxtom import storage
+    if jax.process_index() == 0:
+        storage.write_json(storage.run_dir(config.trainer.workdir) / "config.json",
+                           dataclasses.asdict(config), indent=1)
+
+
 def train(config, progress: bool = True) -> dict:
     """Trains any config to its last step (resuming from its workdir); a JSON-able summary."""
     import dataclasses
@@ -98,6 +111,7 @@ def train(config, progress: bool = True) -> dict:
         from jaxtom.mindzero.driver import train as train_mindzero
         out = train_mindzero(config, progress=config.trainer.progress)
         return {"step": int(out["state"].step), "workdir": out["run_dir"]}
+    record_config(config)
     mesh = make_mesh(config)
     if config.kind == "ctom":
         from jaxtom.ctom.train import train as train_ctom
@@ -113,13 +127,15 @@ def train(config, progress: bool = True) -> dict:
 
 
 def evaluate(config, config_path: str, overrides, checkpoint: str | None = None) -> int:
+    from jaxtom import storage
     if config.kind == "mindzero":
-        from jaxtom import storage
         ckpt = storage.path(checkpoint or storage.path(config.trainer.workdir) / "checkpoint")
         if not ckpt.exists():
             print(f"no checkpoint at {ckpt}; train first (jaxtom train {config_path}) or pass "
                   "--checkpoint DIR", file=sys.stderr)
             return 2
+        # the results are written beside the checkpoint
+        storage.check_writable(ckpt.parent, "the run directory")
         mindzero_evaluate(config, ckpt)
         return 0
     if checkpoint:
@@ -128,6 +144,7 @@ def evaluate(config, config_path: str, overrides, checkpoint: str | None = None)
         return 2
     if config.kind == "ctom":
         from jaxtom.ctom.evaluate import run_eval
+        storage.check_writable(config.trainer.workdir)  # its checkpoints; the results
         run_eval(config_path, overrides)
         return 0
     print(f"config error: CONFIG: expected a MindZero or CToM config to evaluate, got "
@@ -153,8 +170,22 @@ def _command(run):
     return command
 
 
+def preflight(config) -> None:
+    """A training command's first step, before any model is built or data generated:
+    `trainer.workdir` can be created and written, and `model.path` is a readable checkpoint
+    (its config.json and safetensors headers, or its GGUF header), else one input error."""
+    from jaxtom import storage
+    storage.check_shared_workdir(config.trainer.workdir)
+    storage.check_writable(config.trainer.workdir)
+    if config.model.path:
+        from jaxtom.config import resolve_model_path
+        from jaxtom.models import check_checkpoint
+        check_checkpoint(resolve_model_path(config.model.path))
+
+
 @_command
 def _train_cmd(args, config) -> int:
+    preflight(config)
     print(json.dumps(train(config, progress=not args.quiet)))
     return 0
 
@@ -172,6 +203,7 @@ def _mindzero_cmd(args, config) -> int:
         return 2
     if args.action == "eval":
         return evaluate(config, args.config, args.overrides, args.checkpoint)
+    preflight(config)
     from jaxtom.mindzero.driver import train as train_mindzero
     out = train_mindzero(config, progress=not args.quiet and config.trainer.progress)
     t = out["timings"]

@@ -60,7 +60,12 @@ def qwen3_8b_config(domain: str) -> Config:
     conversations x 16k tokens the store alone takes 56 GiB per device, twice that while it
     grows; on 16 or more devices it fits beside the rest and can be turned back on). Long
     rows and prefills attend blockwise (`ModelConfig.attention`), without which the update
-    needed 101 GiB per device and one 32-row prefill's scores ~320 GiB."""
+    needed 101 GiB per device and one 32-row prefill's scores ~320 GiB.
+
+    On 32 devices (a v5p-64, a v6e-32, four 8-GPU hosts) run it as `mesh.fsdp=16
+    mesh.tensor=2`: each of the 3 PPO mini-batches (48 rows) splits evenly over the 16
+    data x fsdp devices, where fsdp=32 would pad every mini-batch to 64 rows (144 -> 192,
+    +33% update compute); `jaxtom plan` names such a mesh whenever padding exceeds 10%."""
     steps = PAPER_STEPS[domain]
     return Config(
         model=ModelSection(path=os.environ.get("QWEN3_8B", os.path.join(

@@ -167,8 +167,9 @@ def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.p
     from jaxtom import storage
     path = storage.path(resolve_model_path(str(path)))  # local or gs://
     if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
-        raise ValueError(f"{what}={path} must be a .gguf file or an HF dir with "
-                         "tokenizer.json: CToM needs a real tokenizer and chat template")
+        from jaxtom.errors import BadInputError
+        raise BadInputError(f"{what}={path} must be a .gguf file or an HF dir with "
+                            "tokenizer.json: CToM needs a real tokenizer and chat template")
     model = from_pretrained(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
     tok = Tokenizer.from_gguf(path) if path.suffix == ".gguf" else Tokenizer.from_file(path)
     return model, tok

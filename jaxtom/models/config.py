@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxtom import storage
+from jaxtom.errors import BadInputError, MissingInputError
 
 # HF architecture name -> our family name.
 SUPPORTED_ARCHITECTURES = {
@@ -191,8 +192,19 @@ def load_hf_config(path: str | Path, **kwargs) -> ModelConfig:
     path = storage.path(path)
     file = path / "config.json" if path.is_dir() else path
     if not file.exists():
-        raise FileNotFoundError(f"no config.json found at {file}")
-    return config_from_hf_dict(json.loads(file.read_text()), **kwargs)
+        raise MissingInputError(f"{file}: no such file (expected the model's config.json)")
+    try:
+        data = json.loads(file.read_text())
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise BadInputError(f"{file}: not a JSON config ({err}); expected a Hugging Face "
+                            "config.json (truncated download?)") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{file}: holds a JSON {type(data).__name__}; expected a Hugging "
+                            "Face config.json object")
+    try:
+        return config_from_hf_dict(data, **kwargs)
+    except ValueError as err:  # an architecture or setting this library does not support
+        raise BadInputError(f"{file}: {err}") from err
 
 
 def config_to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxtom.errors import BadInputError, MissingInputError
 from jaxtom.models.config import ModelConfig, config_from_hf_dict
 from jaxtom.models.decoder import Decoder
 from jaxtom.models.hf_io import ArraySource, check_mesh_fits, load_state
@@ -101,14 +102,24 @@ def read_gguf_tensors(reader, cfg: ModelConfig) -> dict[str, np.ndarray]:
     return out
 
 
-def from_pretrained_gguf(path: str | Path, *, dtype: str = "float32",
-                         compute_dtype: str | None = None, mesh: Mesh | None = None) -> Decoder:
+def open_gguf(path: str | Path):
+    """A `gguf.GGUFReader` of `path` (its header parsed, tensors memory-mapped), or one
+    error naming the file when it is missing or cut short."""
     from gguf import GGUFReader
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"GGUF file not found: {path}")
-    reader = GGUFReader(path)
+    if not path.is_file():
+        raise MissingInputError(f"{path}: no such GGUF file")
+    try:
+        return GGUFReader(path)
+    except (ValueError, IndexError, OSError) as err:  # how gguf fails on a short file
+        raise BadInputError(f"{path}: not a readable GGUF file ({type(err).__name__}: {err}); "
+                            f"expected a complete .gguf file (truncated download?)") from err
+
+
+def from_pretrained_gguf(path: str | Path, *, dtype: str = "float32",
+                         compute_dtype: str | None = None, mesh: Mesh | None = None) -> Decoder:
+    reader = open_gguf(path)
     cfg = gguf_config(reader, dtype=dtype, compute_dtype=compute_dtype)
     if mesh is not None:
         check_mesh_fits(cfg, mesh)

@@ -24,6 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from jaxtom import parallel, storage
+from jaxtom.errors import BadInputError, MissingInputError
 from jaxtom.models.byte_ranges import Box, box_ranges, read_ranges
 from jaxtom.models.config import ModelConfig, config_to_hf_dict, load_hf_config
 from jaxtom.models.decoder import Decoder
@@ -63,9 +64,13 @@ class SafetensorsSource:
     or garbled file fails with one error naming the file and the tensor instead of deep
     inside a reshape."""
 
-    def __init__(self, files: Iterable):
+    def __init__(self, files: Iterable, origin=None):
+        files = [storage.path(f) for f in files]
+        # what error messages name: the model directory, or the one file
+        self.origin = str(origin if origin is not None else
+                          files[0] if len(files) == 1 else files[0].parent if files else "")
         self._index: dict[str, tuple[epath.Path, str, tuple[int, ...], int]] = {}
-        for file in map(storage.path, files):
+        for file in files:
             for name, entry in _read_header(file).items():
                 self._index[name] = (file, *entry)
 
@@ -117,40 +122,40 @@ def _read_header(file: epath.Path) -> dict[str, tuple[str, tuple[int, ...], int]
     with file.open("rb") as fh:
         size = fh.seek(0, 2)
         if size < 8:
-            raise ValueError(f"{file}: {size} bytes is too short for a safetensors header "
-                             f"{damaged}")
+            raise BadInputError(f"{file}: {size} bytes is too short for a safetensors header "
+                                f"{damaged}")
         (head,) = read_ranges(fh, [0], [8], str(file))
         (n,) = struct.unpack("<Q", head)
         if 8 + n > size:
-            raise ValueError(f"{file}: the header claims {n} bytes but the file has {size} "
-                             f"bytes {damaged}")
+            raise BadInputError(f"{file}: the header claims {n} bytes but the file has {size} "
+                                f"bytes {damaged}")
         (blob,) = read_ranges(fh, [8], [8 + n], str(file))
     try:
         header = json.loads(blob)
     except ValueError as err:  # json.JSONDecodeError and UnicodeDecodeError included
-        raise ValueError(f"{file}: garbled safetensors header ({err}) {damaged}") from None
+        raise BadInputError(f"{file}: garbled safetensors header ({err}) {damaged}") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{file}: garbled safetensors header (a JSON "
-                         f"{type(header).__name__}, not an object) {damaged}")
+        raise BadInputError(f"{file}: garbled safetensors header (a JSON "
+                            f"{type(header).__name__}, not an object) {damaged}")
     header.pop("__metadata__", None)
     out = {}
     for name, info in header.items():
         try:
             dtype, shape, (a, b) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{file}: tensor {name!r} has a garbled header entry {info!r}; "
-                             f"expected dtype, shape and data_offsets {damaged}") from None
+            raise BadInputError(f"{file}: tensor {name!r} has a garbled header entry {info!r}; "
+                                f"expected dtype, shape and data_offsets {damaged}") from None
         if dtype not in _ST_DTYPES:
-            raise ValueError(f"tensor {name!r} in {file} has unsupported dtype {dtype}; "
-                             f"supported: {sorted(_ST_DTYPES)}")
+            raise BadInputError(f"tensor {name!r} in {file} has unsupported dtype {dtype}; "
+                                f"supported: {sorted(_ST_DTYPES)}")
         need = math.prod(shape) * np.dtype(_ST_DTYPES[dtype]).itemsize
         if b - a != need or a < 0:
-            raise ValueError(f"{file}: tensor {name!r} of shape {shape} and dtype {dtype} needs "
-                             f"{need} bytes but its data_offsets [{a}, {b}) hold {b - a} "
-                             f"{damaged}")
+            raise BadInputError(f"{file}: tensor {name!r} of shape {shape} and dtype {dtype} "
+                                f"needs {need} bytes but its data_offsets [{a}, {b}) hold "
+                                f"{b - a} {damaged}")
         if 8 + n + b > size:
-            raise ValueError(f"{file}: tensor {name!r} needs bytes [{8 + n + a}, {8 + n + b}) "
-                             f"but the file has {size} bytes {damaged}")
+            raise BadInputError(f"{file}: tensor {name!r} needs bytes [{8 + n + a}, "
+                                f"{8 + n + b}) but the file has {size} bytes {damaged}")
         out[name] = (dtype, shape, 8 + n + a)
     return out
 
@@ -158,8 +163,8 @@ def _read_header(file: epath.Path) -> dict[str, tuple[str, tuple[int, ...], int]
 class ArraySource:
     """In-memory tensors (e.g. dequantized GGUF) behind the same interface."""
 
-    def __init__(self, arrays: dict[str, np.ndarray]):
-        self._arrays = arrays
+    def __init__(self, arrays: dict[str, np.ndarray], origin: str = "in-memory tensors"):
+        self._arrays, self.origin = arrays, str(origin)
 
     @property
     def names(self) -> set[str]:
@@ -186,8 +191,9 @@ def open_hf_dir(path) -> SafetensorsSource:
     else:
         files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {path}")
-    return SafetensorsSource(files)
+        raise MissingInputError(f"{path}: no model.safetensors or model.safetensors.index.json "
+                                f"(expected a Hugging Face model directory)")
+    return SafetensorsSource(files, origin=path)
 
 
 def _expected_tensors(cfg: ModelConfig, state) -> dict[str, tuple[str, int | None, tuple]]:
@@ -223,7 +229,9 @@ def check_tensors(cfg: ModelConfig, state, source) -> None:
             problems.append(f"tensor {name!r} has shape {tuple(source.shape(name))}, "
                             f"expected {expected[name][2]} for {cfg.architecture}")
     if problems:
-        raise ValueError("checkpoint does not match config.json: " + "; ".join(problems))
+        where = getattr(source, "origin", "checkpoint")
+        raise BadInputError(f"{where}: the tensors do not match its config: "
+                            + "; ".join(problems))
 
 
 def _reader(param: str, source, dtype, stacked: bool) -> Callable:

@@ -152,6 +152,35 @@ def test_gs_workdir_outputs_go_through_epath(bucket, tmp_path):
     assert any(re.fullmatch(r"gs://b/model/model-\d+-of-\d+\.safetensors", p) for p in opened)
 
 
+def test_check_writable_probes_through_epath_and_leaves_nothing(bucket, tmp_path,
+                                                                 monkeypatch):
+    from jaxtom.errors import StorageError
+
+    storage.check_writable("gs://b/new/run")
+    made = tmp_path / "gcs" / "b" / "new" / "run"
+    assert made.is_dir() and not list(made.iterdir())  # the probe is gone
+    assert any(p.startswith("gs://b/new/run/.jaxtom-write-probe-0-") and "w" in mode
+               for p, mode in bucket.opened)
+    local = tmp_path / "local" / "run"
+    storage.check_writable(local)
+    assert local.is_dir() and not list(local.iterdir())
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StorageError) as err:  # nobody can create a directory below a file
+        storage.check_writable(tmp_path / "file" / "run", "trainer.workdir")
+    line = str(err.value)
+    assert line.startswith(f"trainer.workdir={tmp_path / 'file' / 'run'}: cannot create the "
+                           "directory (") and "\n" not in line
+
+    def refuse(path, mode):  # an object store refusing writes (no permission)
+        if "w" in mode:
+            raise PermissionError(403, "Forbidden")
+        return open(bucket._local(path), mode)
+    monkeypatch.setattr(bucket, "open", refuse)
+    with pytest.raises(StorageError, match=r"^OUT=gs://b/ro: cannot write a file in the "
+                                           r"directory \(PermissionError: "):
+        storage.check_writable("gs://b/ro", "OUT")
+
+
 @pytest.mark.slow  # builds and compiles a trainer: ~30 s on 2 cores
 def test_short_run_writes_only_through_epath(tmp_path, monkeypatch):
     """Every file Python opens for writing under the workdir was opened through epath
@@ -276,7 +305,8 @@ CONVERTED = ["jaxtom/storage.py", "jaxtom/rl/checkpoint.py", "jaxtom/rl/logging.
              "jaxtom/mindzero/trainer.py", "jaxtom/mindzero/qa_train.py",
              "jaxtom/mindzero/vl_train.py", "jaxtom/mindzero/qa_eval.py",
              "jaxtom/mindzero/run.py", "jaxtom/mindzero/household/train.py",
-             "jaxtom/mindzero/household/evaluate.py", "jaxtom/ctom/evaluate.py"]
+             "jaxtom/mindzero/household/evaluate.py", "jaxtom/ctom/evaluate.py",
+             "jaxtom/commands/export.py"]
 
 
 def _banned_calls(source: str):
