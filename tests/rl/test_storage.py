@@ -242,7 +242,7 @@ def test_relative_workdir_refused_on_many_processes(monkeypatch):
     storage.check_shared_workdir("gs://bucket/run")
     # the trainer checks before it opens anything
     with pytest.raises(ValueError, match="every host must see the same storage"):
-        Trainer.run(types.SimpleNamespace(cfg=TrainerConfig(workdir="runs/x")))
+        Trainer._run(types.SimpleNamespace(cfg=TrainerConfig(workdir="runs/x")), stop=None)
 
 
 def _tiny_state(value: float, step: int):
