@@ -26,8 +26,9 @@ median over `--steps` iterations after the first, on each side; beside it the me
 the iterations in which JAX compiled nothing (steady state, what a long run converges to)
 and the programs each side compiled (JAX's compile log). jaxtom is
 measured twice: as configured for this shape (`share_prompts`: a group's prompt packed
-once; `compact_rows`: finished rows dropped from the decode loop) and with both off, so the
-work avoided is reported apart from the rest. Last line: one JSON object.
+once, in rows of a fixed length, `shared_fixed_rows`; `compact_rows`: finished rows dropped
+from the decode loop) and with both off, so the work avoided is reported apart from the
+rest. Last line: one JSON object.
 
     .venv-bench/bin/python benchmarks/grpo_iteration.py [--steps 6 --max-len 512]
         [--models tiny,smollm2]
@@ -134,10 +135,28 @@ def side_figures(starts: list[float], lengths: list[int], log: CompileTimes,
             "mean_completion_len": float(np.mean(tokens))}
 
 
+def jaxtom_configs(shape: Shape, total_steps: int, optimized: bool):
+    """(TrainerConfig, StepConfig) of jaxtom's side; `optimized`: each group's prompt packed
+    once, into rows of the fixed `row_len` (`shared_fixed_rows`), and finished rows dropped
+    from decoding (`compact_rows`)."""
+    from jaxtom.rl.step import StepConfig
+    from jaxtom.rl.trainer import TrainerConfig
+
+    cfg = TrainerConfig(workdir=tempfile.mkdtemp(prefix="iter-"), total_steps=total_steps,
+                        prompts_per_step=len(shape.prompts), group_size=GROUP,
+                        max_new_tokens=shape.max_len, temperature=1.0,
+                        stop_tokens=tuple(shape.stops), row_len=shape.prompt_len + shape.max_len,
+                        share_prompts=optimized, shared_fixed_rows=optimized,
+                        compact_rows=optimized, checkpoint_every=10 ** 6, progress=False)
+    step_cfg = StepConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, kl_coef=KL,
+                          clip_low=EPS, clip_high=EPS, total_steps=total_steps,
+                          end_lr_ratio=1.0)
+    return cfg, step_cfg
+
+
 def run_jaxtom(shape: Shape, steps: int, optimized: bool, log) -> dict:
     from jaxtom import models
-    from jaxtom.rl.step import StepConfig
-    from jaxtom.rl.trainer import CompletionRollout, Trainer, TrainerConfig
+    from jaxtom.rl.trainer import CompletionRollout, Trainer
 
     starts, lengths, since = [], [], time.perf_counter()
 
@@ -150,15 +169,7 @@ def run_jaxtom(shape: Shape, steps: int, optimized: bool, log) -> dict:
             starts.append(time.perf_counter())
             return super().__call__(model, tasks, key, step)
 
-    cfg = TrainerConfig(workdir=tempfile.mkdtemp(prefix="iter-"), total_steps=steps + 2,
-                        prompts_per_step=len(shape.prompts), group_size=GROUP,
-                        max_new_tokens=shape.max_len, temperature=1.0,
-                        stop_tokens=tuple(shape.stops), row_len=shape.prompt_len + shape.max_len,
-                        share_prompts=optimized, compact_rows=optimized,
-                        checkpoint_every=10 ** 6, progress=False)
-    step_cfg = StepConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, kl_coef=KL,
-                          clip_low=EPS, clip_high=EPS, total_steps=steps + 2,
-                          end_lr_ratio=1.0)
+    cfg, step_cfg = jaxtom_configs(shape, steps + 2, optimized)
     tasks = [{"prompt": p} for p in shape.prompts]
     Trainer(models.from_pretrained(shape.path), tasks, Timed(scored, cfg), step_cfg, cfg).run()
     return side_figures(starts, lengths, log, since)
@@ -286,13 +297,16 @@ def measure(name: str, shape: Shape, steps: int, stop_count: int, log) -> dict:
     return result
 
 
-def tiny_shape(max_len: int) -> Shape:
+def tiny_shape(max_len: int, **sizes) -> Shape:
+    """`sampling.py`'s random Qwen3 (its `CONFIG`, with `sizes` replacing entries) and 4
+    prompts of 64 random tokens."""
     from jaxtom.models.tiny import save_tiny_hf
 
+    config = {**base.CONFIG, **sizes}
     path = tempfile.mkdtemp(prefix="bench-qwen3-")
-    save_tiny_hf(path, "qwen3", **base.CONFIG)
-    prompts = np.random.default_rng(0).integers(1, base.CONFIG["vocab_size"], (4, 64))
-    return Shape(path, base.CONFIG["vocab_size"], prompts.tolist(), max_len)
+    save_tiny_hf(path, "qwen3", **config)
+    prompts = np.random.default_rng(0).integers(1, config["vocab_size"], (4, 64))
+    return Shape(path, config["vocab_size"], prompts.tolist(), max_len)
 
 
 def smollm2_shape(prompts: int, prompt_len: int, max_len: int) -> Shape | None:

@@ -311,6 +311,9 @@ def validate(config: Config) -> Config:
         _check(getattr(t, name) >= 1, f"trainer.{name}", "a positive int", getattr(t, name))
     _check(t.num_rows >= 0, "trainer.num_rows", "an int >= 0 (0 = one sequence per row)",
            t.num_rows)
+    _check(t.share_prompts or not t.shared_fixed_rows, "trainer.shared_fixed_rows",
+           "false unless trainer.share_prompts is true (it lays out shared-prompt rows)",
+           t.shared_fixed_rows)
     _check(t.eval_every >= 0, "trainer.eval_every", "an int >= 0 (0 = never)", t.eval_every)
     _check(t.rollout_rows >= 0, "trainer.rollout_rows",
            "an int >= 0 (0 = every row in one sampler call)", t.rollout_rows)

@@ -13,7 +13,9 @@ buffer; only the settings in `LoopConfig` are static. The prefill and the decode
 separate programs, so the decode loop (the slow one to compile: its layers are unrolled)
 depends on the prompt length only through the cache-size bucket: a training run compiles
 one cheap prefill per prompt-length bucket and a few decode loops, and phases whose caps
-fall in one bucket (or that pass one `buffer_len`) share them. The loop ends as soon as
+fall in one bucket (or that pass one `buffer_len`) share them; calls that pass one
+`min_prompt_len` share one prefill and cache size too. A compacting call (`compact=True`,
+`jaxtom.sampling_segments`) decodes on fixed row and slot ladders. The loop ends as soon as
 every row has stopped.
 """
 
@@ -29,6 +31,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from jaxtom import parallel
+from jaxtom.buckets import bucket
 from jaxtom.models.decoder import CACHE_SEQ_AXIS, Decoder, KVCache
 from jaxtom.sampling_loop import (  # noqa: F401  (re-exported: the sampler's public names)
     _COMPILED, TRACE_COUNT, LoopConfig, LoopState, PromptChunk, SamplingInputs, cache_sharding,
@@ -79,31 +82,19 @@ def model_mesh(model: Decoder) -> Mesh | None:
     return sharding.mesh if isinstance(sharding, NamedSharding) else None
 
 
-def bucket(n: int, minimum: int, multiple: int = 1) -> int:
-    """The smallest size >= n in minimum, then steps of a quarter of the current power of two
-    (8, 10, 12, 14, 16, 20, 24, ... for minimum 8), rounded up to `multiple`.
-
-    Padding wastes at most ~25%, and sizes up to N fall into O(log N) buckets, so the
-    number of compiled programs grows with the log of the range of lengths seen.
-    """
-    size = max(int(minimum), 1)
-    while size < n:
-        size += max(1, (1 << (size.bit_length() - 1)) // 4)
-    return -(-size // multiple) * multiple
-
-
 def call_shape(model: Decoder, starts: Sequence[int], chunk_lens: Sequence[int],
-               buffer_len: int, max_cache_len: int | None = None) -> tuple[int, int]:
+               buffer_len: int, max_cache_len: int | None = None,
+               min_prompt_len: int = 0) -> tuple[int, int]:
     """(batch rows, cache slots) of a `generate` call whose rows write `chunk_lens[i]` tokens
     from slot `starts[i]` on: a caller that keeps caches hands over one of exactly this
-    shape, which the call then uses as is."""
+    shape, which the call then uses as is. `min_prompt_len`: the call's own."""
     cfg = model.config
     mesh = model_mesh(model)
     multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
     limit = min(max_cache_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
     # slots: prefill writes T at starts, decode at most buffer_len more; never more than the
     # (bucketed) position limit, which every request fits by generate's length check
-    floor = int(max(starts)) + bucket(max(chunk_lens), 8)
+    floor = int(max(starts)) + bucket(max(max(chunk_lens), min_prompt_len), 8)
     return (bucket(len(starts), 1, multiple),
             max(floor, min(bucket(floor + buffer_len, 64), bucket(limit, 64))))
 
@@ -125,7 +116,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
              buffer_len: int | None = None, explore_after: Sequence[int] = (),
              explore_temperature: float = 1.0,
              explore_tokens: Sequence[int] = (),
-             share_prefill: bool = True, compact: bool = False) -> GenerationResult:
+             share_prefill: bool = True, compact: bool = False,
+             min_prompt_len: int = 0) -> GenerationResult:
     """Generates up to `max_new_tokens` per prompt; temperature <= 0 means greedy.
 
     `prompts` are token-id lists (or strings with `tokenizer=`); with `resume=` they are the
@@ -159,10 +151,19 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     (`jaxtom.sampling_segments`): a ragged batch then costs about its rows' own lengths, not
     its longest row's in every row. The same tokens; the result's `state` is None, since the
     cache no longer holds every row (resuming callers keep the default).
+
+    `min_prompt_len`: pad the prompts to at least this many tokens (then bucketed). A run
+    that passes its prompt budget (`row_len - max_new_tokens`, what `jaxtom.plan` sizes)
+    gives every call one prompt chunk and one cache size, however its prompts' lengths vary
+    from step to step: one prefill and one set of decode programs instead of one per prompt
+    bucket met, for a longer prefill. Not with `resume`, whose chunk continues a cache.
     """
     cfg = model.config
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if min_prompt_len and resume is not None:
+        raise ValueError(f"min_prompt_len={min_prompt_len} pads a fresh call's prompts; a "
+                         "resumed call's chunk continues its cache: pass 0 with resume=")
     if buffer_len is None:
         # geometric, not powers of two: every decode step attends over all cache slots,
         # and slots beyond the cap would cost up to 2x attention time for nothing
@@ -219,12 +220,13 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         raise ValueError(f"prompt of {longest - max_new_tokens} tokens plus max_new_tokens="
                          f"{max_new_tokens} exceeds the cache length {limit}")
     # rows are independent (own keys, own cache lengths), so padding the batch is exact
-    B, S = call_shape(model, starts, [len(r) for r in rows], buffer_len, max_cache_len)
+    B, S = call_shape(model, starts, [len(r) for r in rows], buffer_len, max_cache_len,
+                      min_prompt_len)
     if resume is not None:
         B = max(B, resume.cache.k.shape[1])
     rows = rows + [[pad_id]] * (B - n_real)
     starts = np.concatenate([starts, np.zeros(B - n_real, np.int32)])
-    T = bucket(max(map(len, rows)), 8)
+    T = bucket(max(max(map(len, rows)), min_prompt_len), 8)
     floor = int(starts.max()) + T
     if (resume is not None and resume.cache.k.shape[1] == B
             and resume.cache.k.shape[CACHE_SEQ_AXIS] >= floor + max_new_tokens):

@@ -36,6 +36,8 @@ def test_overrides_are_typed():
     ("trainer.advantage_scale=global", "trainer.advantage_scale", "one of"),
     ("trainer.advantage_std_floor=-1", "trainer.advantage_std_floor", "a number >= 0"),
     ("trainer.explore_temperature=-1", "trainer.explore_temperature", "a number >= 0"),
+    ("trainer.shared_fixed_rows=true", "trainer.shared_fixed_rows",
+     "false unless trainer.share_prompts"),
     ("step.learnin_rate=1", "step.learnin_rate", "a field of step"),
     ("optim.lr=1", "optim.lr", "a section among"),
     ("model.lora_rank=4", "step.lora", "must agree with model.lora_rank=4"),

@@ -310,6 +310,32 @@ def test_compilations_are_bounded_across_prompt_lengths_and_caps(qwen):
     assert len(prefill_shapes) == 5
 
 
+def test_a_prompt_floor_gives_every_call_one_prefill_and_the_same_tokens(qwen):
+    """`min_prompt_len` (a run's prompt budget): calls whose prompts fall in different
+    buckets share one prefill and one decode program, and sample what they sample without
+    it; it pads fresh calls only."""
+    model, _ = qwen
+    rng = np.random.default_rng(3)
+    kw = dict(max_new_tokens=6, temperature=1.0, stop_at_eos=False)
+    sampling._COMPILED.clear()
+    before = dict(sampling.TRACE_COUNT)
+    for i, n in enumerate((3, 9, 17, 30)):  # prompt buckets 8, 10, 20, 32
+        prompts = [rng.integers(1, 256, n).tolist(), [7]]
+        floored = sampling.generate(model, prompts, key=jax.random.key(i), min_prompt_len=30,
+                                    **kw)
+        plain = sampling.generate(model, prompts, key=jax.random.key(i), **kw)
+        np.testing.assert_array_equal(floored.tokens, plain.tokens)
+        assert floored.state.cache.k.shape == plain.state.cache.k.shape or n < 30
+    traced = {k: sampling.TRACE_COUNT[k] - before[k] for k in before}
+    sampling._COMPILED.clear()
+    # one prefill for the floored calls, one per bucket below 32 for the plain ones (the
+    # plain call of 30 tokens shares the floored program), one decode per cache size met
+    assert traced["prefill"] == 1 + 3, traced
+    with pytest.raises(ValueError, match="min_prompt_len=8 pads a fresh call"):
+        sampling.generate(model, [[1]], max_new_tokens=2, min_prompt_len=8, temperature=0.0,
+                          resume=plain.state)
+
+
 def test_explore_temperature_applies_only_after_marker_tokens(qwen):
     """A near-zero temperature reproduces greedy decoding; with the greedy first token as the
     marker, the token right after it is drawn at the explore temperature (rows disagree)
@@ -363,10 +389,16 @@ def test_compacted_decoding_drops_finished_rows_and_keeps_every_token(qwen, monk
               row_ids=np.arange(100, 116))
     probe = sampling.generate(model, prompts, **kw)
     stop = int(np.bincount(probe.tokens[:, :40].ravel()).argmax())  # a token rows emit early
-    seen = []
-    regroup = sampling_segments._regroup
-    monkeypatch.setattr(sampling_segments, "_regroup", lambda cache, state, index, keep, slots: (
-        seen.append((len(index), slots)) or regroup(cache, state, index, keep, slots)))
+    seen = []  # (rows, slots) of every decode segment
+    decode_segments = sampling_segments.decode_segments
+
+    def spy(decode, params, cache, *args, **kwargs):
+        def watched(params, cache, *rest):
+            seen.append((cache.k.shape[1], cache.k.shape[CACHE_SEQ_AXIS]))
+            return decode(params, cache, *rest)
+        return decode_segments(watched, params, cache, *args, **kwargs)
+
+    monkeypatch.setattr(sampling_segments, "decode_segments", spy)
     single = sampling.generate(model, prompts, stop=[stop], **kw)
     compact = sampling.generate(model, prompts, stop=[stop], compact=True, **kw)
     assert len(set(single.lengths.tolist())) > 4  # ragged
@@ -380,3 +412,6 @@ def test_compacted_decoding_drops_finished_rows_and_keeps_every_token(qwen, monk
     full = single.state.cache.k.shape[CACHE_SEQ_AXIS]
     assert min(rows for rows, _ in seen) < len(prompts), seen  # finished rows were dropped
     assert min(slots for _, slots in seen) < full, (seen, full)  # attends over fewer slots
+    # the two ladders: rows halve from the batch's 16 down to MIN_ROWS, slots are powers of 4
+    assert {rows for rows, _ in seen} <= {16, 8, 4}, seen
+    assert {slots for _, slots in seen} <= {64, 256, full}, (seen, full)

@@ -22,12 +22,12 @@ next collective. An error on any process is raised on every process.
 
 from __future__ import annotations
 
-import pickle
 from typing import Callable, Sequence, TypeVar
 
 import jax
 import numpy as np
 
+from jaxtom.rl import distributed
 from jaxtom.rl.batch import Batch, pad_rows_to
 
 T = TypeVar("T")
@@ -35,18 +35,9 @@ R = TypeVar("R")
 
 
 def allgather_objects(obj) -> list:
-    """`obj` of every process (picklable), in process order; `[obj]` on one process."""
-    if jax.process_count() == 1:
-        return [obj]
-    from jax.experimental import multihost_utils
-    data = pickle.dumps(obj)
-    words = np.frombuffer(data + b"\0" * (-len(data) % 4), np.int32)
-    sizes = np.asarray(multihost_utils.process_allgather(
-        np.asarray([len(data)], np.int64))).reshape(-1)
-    buf = np.zeros(-(-int(sizes.max()) // 4), np.int32)
-    buf[:words.size] = words
-    gathered = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
-    return [pickle.loads(row.tobytes()[:int(n)]) for row, n in zip(gathered, sizes)]
+    """`obj` of every process (picklable), in process order; `[obj]` on one process (a host
+    all-gather in fixed-size chunks: `rl.distributed.gather_objects`)."""
+    return distributed.gather_objects(obj)
 
 
 def share_bounds(n: int, processes: int | None = None, index: int | None = None

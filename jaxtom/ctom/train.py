@@ -22,7 +22,7 @@ from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.policies import SamplerPolicy
 from jaxtom.ctom.simulators import HTTPSimulator, ScriptedSimulator
 from jaxtom.ctom.targets import prediction_targets, reply_targets, rollout_batch
-from jaxtom.rl.batch import first_fit_rows
+from jaxtom.rl.batch import bucketed_rows, first_fit_rows
 from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 
 
@@ -235,8 +235,8 @@ class ConversationRollout:
         # an all-failed step still gets a (masked, no-op) batch: every process must update
         # the rows first-fit fills (rounds of several conversations share a row), not one
         # row per round: most of those would be padding the update computes anyway
-        num_rows = cfg.num_rows or first_fit_rows(
-            [len(seg.tokens) for c in ok for seg in c.sequences], cfg.row_len, multiple=8)
+        num_rows = cfg.num_rows or bucketed_rows(first_fit_rows(
+            [len(seg.tokens) for c in ok for seg in c.sequences], cfg.row_len))
         batch, counts = rollout_batch(convs, groups, targets, self.tok, num_rows=num_rows,
                                       row_len=cfg.row_len, pred_rows=s.pred_rows,
                                       pred_row_len=s.pred_row_len, pad_id=cfg.pad_id,

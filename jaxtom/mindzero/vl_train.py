@@ -147,6 +147,9 @@ def generate_vl_rows(model: Qwen3VL, prompts, image_keys, row_ids, *, render, ke
     depend on how rows are split into calls or processes."""
     from jaxtom.models import vl_sampling
     from jaxtom.rl import distributed
+    # the text rollouts' prompt floor (`rl.trainer.compact_kwargs`): an image+text call
+    # sizes its own prefill by its pictures and prompts (`vl_sampling.prefill_cache`)
+    kwargs.pop("min_prompt_len", None)
     everyone = distributed.gather_objects((list(map(list, prompts)), list(image_keys),
                                            np.asarray(row_ids).tolist()))
     me = jax.process_index()

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxtom.buckets import bucket
+
 
 @struct.dataclass
 class PredictionBatch:
@@ -138,12 +140,21 @@ def first_fit_rows(lengths: Sequence[int], row_len: int, multiple: int = 1) -> i
     return -(-max(1, len(fill)) // multiple) * multiple
 
 
+def bucketed_rows(rows: int, multiple: int = 8) -> int:
+    """An update's row count for `rows` filled rows: every multiple of `multiple` up to 8 of
+    them (64 for 8), then the `buckets.bucket` ladder (80, 96, 112, 128, 160, ...), so a
+    run whose row count varies from step to step compiles a few update programs per octave
+    of counts, at <= 25% padding rows (empty: fully masked)."""
+    return bucket(max(1, rows), multiple, multiple)
+
+
 def pack_shared_prompts(sequences: Sequence[Sequence[int]],
                         policy_masks: Sequence[Sequence[float]], advantages: Sequence[float],
                         group_ids: Sequence[int], prompt_lens: Sequence[int], *, num_rows: int,
                         row_len: int, pad_id: int = 0,
                         old_logps: Sequence[Sequence[float]] | None = None,
-                        decision_masks: Sequence[Sequence[float]] | None = None) -> Batch:
+                        decision_masks: Sequence[Sequence[float]] | None = None,
+                        split: bool = False) -> Batch:
     """Packs each GRPO group's prompt once, followed by its completions (`parent_ids`).
 
     Consecutive sequences with the same group id and the same prompt (their first
@@ -155,28 +166,27 @@ def pack_shared_prompts(sequences: Sequence[Sequence[int]],
     and their gradients match the unshared layout while the prompt's tokens are computed
     once per family instead of once per sample (a group of G samples: G - 1 prompts fewer).
     Families are first-fit into the rows whole; a family longer than `row_len` is an error.
+    With `split`, a family that does not fit where first-fit puts its next member goes on in
+    another row, its prompt packed again there (`shared_pieces`): rows of any fixed length
+    that holds one sequence then take any families.
     """
     n = len(sequences)
     _check_counts(n, policy_masks=policy_masks, advantages=advantages, group_ids=group_ids,
                   prompt_lens=prompt_lens)
-    families = shared_prompt_families(sequences, group_ids, prompt_lens)
+    for i, seq in enumerate(sequences):
+        if len(policy_masks[i]) != len(seq):
+            raise ValueError(f"policy mask {i} has length {len(policy_masks[i])}, "
+                             f"expected {len(seq)}")
     a = _empty(num_rows, row_len, pad_id)
     tokens, positions, segments, mask = a["tokens"], a["positions"], a["segments"], a["mask"]
     adv, groups, old, decision = a["adv"], a["groups"], a["old"], a["decision"]
     parents = np.zeros((num_rows, row_len), np.int32)
-    fill = np.zeros(num_rows, np.int64)
     used = np.zeros(num_rows, np.int32)
-    for members in families:
+    for r, lo, members in shared_pieces(sequences, group_ids, prompt_lens, row_len, split,
+                                        num_rows):
         P = int(prompt_lens[members[0]])
-        need = family_length(sequences, prompt_lens, members)
-        fits = np.nonzero(fill + need <= row_len)[0]
-        if not len(fits):
-            raise ValueError(f"a prompt family of {need} tokens does not fit in {num_rows} rows "
-                             f"of {row_len} tokens; raise num_rows or row_len")
-        r = fits[0]
         used[r] += 1
         parent = used[r]
-        lo = fill[r]
         head = slice(lo, lo + P - 1)  # the shared prompt, without its last token
         first = sequences[members[0]]
         tokens[r, head] = first[:P - 1]
@@ -186,9 +196,6 @@ def pack_shared_prompts(sequences: Sequence[Sequence[int]],
         at = lo + P - 1
         for i in members:
             seq, L = sequences[i], len(sequences[i])
-            if len(policy_masks[i]) != L:
-                raise ValueError(f"policy mask {i} has length {len(policy_masks[i])}, "
-                                 f"expected {L}")
             used[r] += 1
             s = slice(at, at + L - P + 1)
             tokens[r, s] = seq[P - 1:]
@@ -204,12 +211,57 @@ def pack_shared_prompts(sequences: Sequence[Sequence[int]],
                 decision[r, s] = decision_masks[i][P - 1:]
             at += L - P + 1
         mask[r, lo] = 0.0  # a row's first entry has no prediction
-        fill[r] = at
     return Batch(tokens=tokens, positions=positions, segment_ids=segments, policy_mask=mask,
                  advantages=adv, group_ids=groups,
                  old_logp=old if old_logps is not None else None,
                  decision_mask=decision if decision_masks is not None else None,
                  parent_ids=parents)
+
+
+def shared_pieces(sequences, group_ids, prompt_lens, row_len: int, split: bool = False,
+                  num_rows: int | None = None) -> list[tuple[int, int, list[int]]]:
+    """Where `pack_shared_prompts` puts each family: (row, first entry, members) per piece,
+    rows first-fit (`num_rows` of them; None: as many as it takes, so the last piece's row
+    + 1 is the rows needed).
+
+    Without `split` a family is one piece. With it, a family's members go one at a time
+    into its open piece while that piece's row has room, else into a new piece (the prompt
+    again, then the member) in the first row with room, so the rows fill up whatever the
+    families' lengths; a member longer than `row_len` (with its prompt) is an error."""
+    fill: list[int] = [0] * (num_rows or 0)
+
+    def place(need: int, what: str) -> int:
+        fits = [r for r, f in enumerate(fill) if f + need <= row_len]
+        if fits:
+            return fits[0]
+        if num_rows is None and need <= row_len:
+            fill.append(0)
+            return len(fill) - 1
+        rows = len(fill) if num_rows is None else num_rows
+        raise ValueError(f"{what} of {need} tokens does not fit in {rows} rows of {row_len} "
+                         f"tokens; raise num_rows or row_len")
+
+    pieces: list[tuple[int, int, list[int]]] = []
+    for members in shared_prompt_families(sequences, group_ids, prompt_lens):
+        P = int(prompt_lens[members[0]])
+        if not split:
+            need = family_length(sequences, prompt_lens, members)
+            r = place(need, "a prompt family")
+            pieces.append((r, fill[r], list(members)))
+            fill[r] += need
+            continue
+        open_row = None
+        for i in members:
+            grow = len(sequences[i]) - P + 1
+            if open_row is not None and fill[open_row] + grow <= row_len:
+                pieces[-1][2].append(i)
+                fill[open_row] += grow
+                continue
+            r = place(P - 1 + grow, "a sequence")
+            pieces.append((r, fill[r], [i]))
+            fill[r] += P - 1 + grow
+            open_row = r
+    return pieces
 
 
 def shared_prompt_families(sequences, group_ids, prompt_lens) -> list[list[int]]:

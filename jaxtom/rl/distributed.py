@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from jaxtom import sampling
+from jaxtom.buckets import power_of_two
 from jaxtom.models.decoder import Decoder
 
 
@@ -24,10 +25,18 @@ def _multi() -> bool:
 
 
 def _allgather(x: np.ndarray) -> np.ndarray:
-    """[processes, *x.shape]: every process's `x` (all must pass the same shape)."""
+    """[processes, *x.shape]: every process's `x` (all must pass the same shape).
+
+    `process_allgather` compiles a program per shape: each dimension is zero-padded to a
+    power of two for the gather and cut back after, so the few small arrays gathered here
+    (counts, metric sums) take a few programs whatever their sizes."""
     from jax.experimental import multihost_utils
-    out = np.asarray(multihost_utils.process_allgather(np.asarray(x)))
-    return out.reshape(jax.process_count(), *np.shape(x))
+    x = np.asarray(x)
+    padded = np.zeros([power_of_two(n) for n in x.shape], x.dtype)
+    real = tuple(slice(0, n) for n in x.shape)
+    padded[real] = x
+    out = np.asarray(multihost_utils.process_allgather(padded))
+    return out.reshape(jax.process_count(), *padded.shape)[(slice(None),) + real]
 
 
 def max_over_processes(n: int) -> int:
@@ -47,18 +56,28 @@ def weighted_mean(metrics: dict[str, float], count: int) -> dict[str, float]:
     return {k: float(v / max(total[0], 1.0)) for k, v in zip(keys, total[1:])}
 
 
+GATHER_CHUNK = 1 << 16  # bytes of pickled objects per host all-gather: its one shape
+
+
 def gather_objects(obj) -> list:
-    """Every process's picklable `obj`, in process order (a collective; one host
-    all-gather of the pickled bytes). For small host-side records, not arrays of weights."""
+    """Every process's picklable `obj`, in process order (a collective). For host-side
+    records (rollouts' token ids, task records), not arrays of weights.
+
+    The pickled bytes travel in chunks of `GATHER_CHUNK` (the last zero-padded), as many
+    gathers as the largest process needs: one compiled program serves every size, where a
+    gather of the whole would compile one per size met (a rollout's size changes with
+    every step's prompts and completions)."""
     if not _multi():
         return [obj]
     import pickle
     blob = np.frombuffer(pickle.dumps(obj), np.uint8)
-    size = max_over_processes(blob.size)
-    padded = np.zeros(size, np.uint8)
-    padded[:blob.size] = blob
     sizes = _allgather(np.asarray([blob.size], np.int64))[:, 0]
-    return [pickle.loads(row[:n].tobytes()) for row, n in zip(_allgather(padded), sizes)]
+    chunks = -(-int(sizes.max()) // GATHER_CHUNK)
+    padded = np.zeros(chunks * GATHER_CHUNK, np.uint8)
+    padded[:blob.size] = blob
+    rows = np.concatenate([_allgather(padded[i * GATHER_CHUNK:(i + 1) * GATHER_CHUNK])
+                           for i in range(chunks)], axis=1)
+    return [pickle.loads(row[:n].tobytes()) for row, n in zip(rows, sizes)]
 
 
 def call_slices(counts: Sequence[int], rows_per_call: int):
@@ -72,19 +91,8 @@ def call_slices(counts: Sequence[int], rows_per_call: int):
 
 
 def gather_token_lists(lists: Sequence[Sequence[int]]) -> list[list[list[int]]]:
-    """Every process's token lists, in process order (a collective; one host all-gather)."""
-    if not _multi():
-        return [[list(map(int, x)) for x in lists]]
-    n = max_over_processes(len(lists))
-    width = max_over_processes(max((len(x) for x in lists), default=0))
-    table = np.full((max(n, 1), max(width, 1)), -1, np.int64)
-    lens = np.full(max(n, 1), -1, np.int64)
-    for i, x in enumerate(lists):
-        table[i, :len(x)] = x
-        lens[i] = len(x)
-    tables, all_lens = _allgather(table), _allgather(lens)
-    return [[t[:m].tolist() for t, m in zip(tab, ln) if m >= 0]
-            for tab, ln in zip(tables, all_lens)]
+    """Every process's token lists, in process order (a collective: `gather_objects`)."""
+    return gather_objects([list(map(int, x)) for x in lists])
 
 
 def generate_rows(model: Decoder, prompts: Sequence[Sequence[int]], row_ids: np.ndarray, *,

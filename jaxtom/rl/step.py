@@ -146,9 +146,15 @@ class Learner(RowPlacement):
         if key not in self._compiled:
             state_sh = self.state_shardings(state)
             rep = NamedSharding(self.mesh, PartitionSpec())
-            def update(s, b):  # named: compile logs and profiles say which program
+            def update(s, b):
                 return self._update(s, b, widths)
 
+            # named with its static scoring widths: compile logs and profiles tell the
+            # programs of one batch shape apart (update_w256, update_w256_p64; update when
+            # every position is scored)
+            update.__name__ = update.__qualname__ = "update" + (
+                "" if widths is None else f"_w{widths[0]}" + (f"_p{widths[1]}" if widths[1]
+                                                              else ""))
             self._compiled[key] = jax.jit(
                 update, in_shardings=(state_sh, self.batch_shardings(batch)),
                 out_shardings=(state_sh, rep), donate_argnums=(0,))

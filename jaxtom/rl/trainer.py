@@ -27,10 +27,12 @@ import jax
 import numpy as np
 
 from jaxtom import storage
+from jaxtom.buckets import bucket
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import distributed
-from jaxtom.rl.batch import (Batch, family_length, first_fit_rows, pack_sequences,
-                             pack_shared_prompts, shared_prompt_families)
+from jaxtom.rl.batch import (Batch, bucketed_rows, family_length, first_fit_rows,
+                             pack_sequences, pack_shared_prompts, shared_pieces,
+                             shared_prompt_families)
 from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
@@ -71,6 +73,14 @@ class TrainerConfig:
     # and their length is the longest group's, rounded up to a multiple of 64 (rollouts that
     # pack their own rows, MindZero's image prompts and CToM's conversations, refuse it)
     share_prompts: bool = False
+    # with share_prompts: rows of `row_len` tokens holding as much of the step's groups as
+    # fits, a group going on in another row (its prompt packed again there) where it does not
+    # fit, instead of one group per row as long as the step's longest group. The update's
+    # row length is then fixed and only its row count varies, on `bucketed_rows`' ladder,
+    # which follows the step's total tokens (steady) rather than its longest group (which
+    # swings with ragged completions): a few update programs per run instead of one per
+    # row-length bucket met. Needs row_len >= any one prompt + completion
+    shared_fixed_rows: bool = False
     stop_tokens: tuple[int, ...] = ()
     pad_id: int = 0
     checkpoint_every: int = 50
@@ -124,8 +134,14 @@ def completion_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequ
 
 
 def compact_kwargs(cfg: TrainerConfig) -> dict:
-    """The sampler's row-compaction argument for `cfg` (`TrainerConfig.compact_rows`)."""
-    return {"compact": True} if cfg.compact_rows else {}
+    """The sampler's row-compaction arguments for `cfg` (`TrainerConfig.compact_rows`): with
+    compaction, prompts are also padded to the run's prompt budget (`row_len -
+    max_new_tokens`, what `jaxtom.plan` sizes), so that every rollout call has one prompt
+    chunk and cache size and the decode programs stay on their row and slot ladders however
+    the prompts' lengths vary (`sampling.generate`'s `min_prompt_len`)."""
+    if not cfg.compact_rows:
+        return {}
+    return {"compact": True, "min_prompt_len": max(cfg.row_len - cfg.max_new_tokens, 0)}
 
 
 def explore_kwargs(cfg: TrainerConfig, markers: Sequence[int] | None = None,
@@ -257,8 +273,8 @@ def pack_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
         return pack_shared_rollout(rollout, cfg)
     # the rows first-fit fills, not one per sequence: trailing rows of padding cost a full
     # update's compute and, split by index, would leave later PPO mini-batches empty
-    rows = cfg.num_rows or first_fit_rows([len(s) for s in rollout.sequences], cfg.row_len,
-                                          multiple=8)
+    rows = cfg.num_rows or bucketed_rows(first_fit_rows([len(s) for s in rollout.sequences],
+                                                        cfg.row_len))
     return pack_sequences(rollout.sequences, rollout.policy_masks, rollout.advantages,
                           rollout.group_ids, num_rows=rows, row_len=cfg.row_len,
                           pad_id=cfg.pad_id, decision_masks=rollout.decision_masks)
@@ -272,18 +288,27 @@ def shared_row_len(longest: int) -> int:
     then steps of a quarter of the current power of two (`sampling.bucket`: 640, 768, 896,
     1024, 1280, ...), so rows of the papers' lengths (families of 8 completions of up to 512
     tokens) compile a dozen update programs, not one per multiple of 64, at <= 25% padding."""
-    from jaxtom.sampling import bucket
     return bucket(longest, SHARED_ROW_QUANTUM, SHARED_ROW_QUANTUM)
 
 
 def pack_shared_rollout(rollout: Rollout, cfg: TrainerConfig) -> Batch:
     """`pack_rollout` with each group's prompt packed once: one family per row (or
     `cfg.num_rows` rows), rows as long as the longest family, bucketed by `shared_row_len`
-    (every process agrees on both)."""
+    (every process agrees on both); with `cfg.shared_fixed_rows`, rows of `cfg.row_len`
+    filled first-fit with families split where they do not fit, as many as that takes on
+    `bucketed_rows`' ladder."""
     if rollout.prompt_lens is None:
         raise ValueError("trainer.share_prompts needs a rollout that reports its prompt "
                          "lengths (Rollout.prompt_lens)")
     seqs, lens = rollout.sequences, rollout.prompt_lens
+    if cfg.shared_fixed_rows:
+        needed = max((r for r, _, _ in shared_pieces(seqs, rollout.group_ids, lens,
+                                                     cfg.row_len, split=True)), default=0) + 1
+        return pack_shared_prompts(seqs, rollout.policy_masks, rollout.advantages,
+                                   rollout.group_ids, lens,
+                                   num_rows=cfg.num_rows or bucketed_rows(needed),
+                                   row_len=cfg.row_len, pad_id=cfg.pad_id,
+                                   decision_masks=rollout.decision_masks, split=True)
     families = shared_prompt_families(seqs, rollout.group_ids, lens)
     longest = max((family_length(seqs, lens, f) for f in families), default=1)
     row_len = shared_row_len(longest)

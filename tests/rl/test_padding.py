@@ -93,5 +93,8 @@ def test_first_fit_rows_is_what_pack_sequences_fills():
                       num_rows=rows, row_len=128)  # and that many suffice
     assert rl.first_fit_rows(lengths, 128, multiple=8) == -(-rows // 8) * 8
     assert rl.first_fit_rows([], 128, multiple=8) == 8
+    # the update's row counts: multiples of 8 up to 64, then the bucket ladder (80, 96, ...)
+    assert [rl.batch.bucketed_rows(n) for n in (0, 1, 8, 9, 63, 64, 65, 81, 129)] == [
+        8, 8, 8, 16, 64, 64, 80, 96, 160]
     with pytest.raises(ValueError, match="longer than row_len=128"):
         rl.first_fit_rows([129], 128)

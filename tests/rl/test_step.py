@@ -325,3 +325,59 @@ def test_bad_configs_are_named():
             rl.Learner(tiny_model(), rl.StepConfig(**{name: 0}))
     with pytest.raises(ValueError, match="reference must be one of"):
         rl.Learner(tiny_model(), rl.StepConfig(reference="copy"))
+
+
+def test_split_shared_prompt_packing_fills_fixed_rows():
+    """`split=True`: a family goes on in another row where its next member does not fit,
+    its prompt packed again there; rows fill first-fit (`shared_pieces` says where)."""
+    seqs = [[5, 6, 7, 1], [5, 6, 7, 2, 3], [9, 4], [9, 8]]
+    masks = [[0, 0, 0, 1], [0, 0, 0, 1, 1], [0, 1], [0, 1]]
+    args = (seqs, masks, [1.0, -1.0, 0.5, -0.5], [0, 0, 1, 1], [3, 3, 1, 1])
+    pieces = rl.batch.shared_pieces(seqs, [0, 0, 1, 1], [3, 3, 1, 1], 6, split=True)
+    assert pieces == [(0, 0, [0]), (1, 0, [1]), (0, 4, [2]), (2, 0, [3])]
+    b = rl.pack_shared_prompts(*args, num_rows=3, row_len=6, split=True)
+    assert b.tokens.tolist() == [[5, 6, 7, 1, 9, 4], [5, 6, 7, 2, 3, 0], [9, 8, 0, 0, 0, 0]]
+    assert b.positions[1].tolist() == [0, 1, 2, 3, 4, 0]  # the prompt again, then member 2
+    assert b.parent_ids[0].tolist() == [1, 1, 1, 1, 3, 3]
+    assert b.segment_ids[0].tolist() == [1, 1, 2, 2, 4, 4]
+    assert b.policy_mask.sum() == sum(map(sum, masks))
+    # whole families do not fit rows of 6 (family 1 takes 7 entries)
+    with pytest.raises(ValueError, match="does not fit"):
+        rl.pack_shared_prompts(*args, num_rows=3, row_len=6)
+    with pytest.raises(ValueError, match="a sequence of 5 tokens does not fit"):
+        rl.pack_shared_prompts(*args, num_rows=3, row_len=4, split=True)
+
+
+def test_split_shared_prompt_rows_equal_one_sequence_per_row(learner):
+    """Families split over fixed-length rows (each piece with its prompt) give the log-probs
+    and the update gradient of one sequence per row."""
+    model = tiny_model()
+    state = learner.init_state(model)
+    seqs, masks, adv, ids, lens = _groups_sharing_prompts(0)
+    pieces = rl.batch.shared_pieces(seqs, ids, lens, 14, split=True)
+    families = rl.batch.shared_prompt_families(seqs, ids, lens)
+    assert len(pieces) > len(families)  # some family really is split
+    rows = max(r for r, _, _ in pieces) + 1
+    shared = rl.pack_shared_prompts(seqs, masks, adv, ids, lens, num_rows=rows, row_len=14,
+                                    split=True)
+    one = jax.tree.map(lambda *r: np.concatenate(r), *[
+        rl.pack_sequences([x], [m], [a], [i], num_rows=1, row_len=14)
+        for x, m, a, i in zip(seqs, masks, adv, ids)])
+    cfg = dataclasses.replace(CFG, lambda_pred=0.0, lambda_entropy=0.0, kl_coef=0.0)
+    plain = rl.Learner(model, cfg)
+    # the sequence each shared entry belongs to: policy tokens in (sequence, position)
+    # order are then those of one sequence per row, in its row-major order
+    member = np.full(shared.tokens.shape, len(seqs))
+    for r, lo, members in pieces:
+        at = lo + lens[members[0]] - 1
+        for i in members:
+            member[r, at:at + len(seqs[i]) - lens[i] + 1] = i
+            at += len(seqs[i]) - lens[i] + 1
+    key = (member * 100 + shared.positions)[shared.policy_mask > 0]
+    lp_one = np.asarray(plain.logprobs(state, one))[one.policy_mask > 0]
+    lp_shared = np.asarray(plain.logprobs(state, shared))[shared.policy_mask > 0]
+    red = decoder_reduction(TINY, 14) + TINY.vocab_size
+    assert_close(lp_shared[np.argsort(key)], lp_one, reduction=red, depth=decoder_depth(TINY))
+    g_one = plain.gradients(state, plain.put_batch(one))[0]
+    g_shared = plain.gradients(state, plain.put_batch(shared))[0]
+    leaves_close(g_shared, g_one, GRAD_STEPS)

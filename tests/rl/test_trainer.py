@@ -180,12 +180,15 @@ def test_task_stream_splits_any_batch_over_processes(monkeypatch):
 
 def test_compact_rows_reaches_the_sampler_with_and_without_exploration():
     """`trainer.compact_rows` is one of the sampler arguments every rollout takes from the
-    trainer config (`compact_kwargs` / `explore_kwargs`), exploring or not."""
+    trainer config (`compact_kwargs` / `explore_kwargs`), exploring or not; with it the
+    prompts are padded to the run's prompt budget, row_len - max_new_tokens."""
     from jaxtom.rl.trainer import TrainerConfig, compact_kwargs, explore_kwargs
-    on, off = TrainerConfig(compact_rows=True), TrainerConfig()
-    assert compact_kwargs(on) == {"compact": True} and compact_kwargs(off) == {}
-    assert explore_kwargs(on) == {"compact": True} and explore_kwargs(off) == {}
-    explored = explore_kwargs(TrainerConfig(compact_rows=True, explore_temperature=2.0),
+    on, off = TrainerConfig(compact_rows=True, row_len=64, max_new_tokens=8), TrainerConfig()
+    compact = {"compact": True, "min_prompt_len": 56}
+    assert compact_kwargs(on) == compact and compact_kwargs(off) == {}
+    assert explore_kwargs(on) == compact and explore_kwargs(off) == {}
+    explored = explore_kwargs(TrainerConfig(compact_rows=True, explore_temperature=2.0,
+                                            row_len=64, max_new_tokens=8),
                               markers=[3], choices=[4, 5])
     assert explored == {"explore_after": (3,), "explore_temperature": 2.0,
-                        "explore_tokens": (4, 5), "compact": True}
+                        "explore_tokens": (4, 5), **compact}
