@@ -47,6 +47,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:
+    from benchmarks.provenance import Run
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from provenance import Run
+
 ROOT = Path(__file__).resolve().parents[1]
 _COMPILING = re.compile(r"Compiling (\S+) with global shapes and types (.*)\. Argument "
                         r"mapping: (.*)\.$", re.S)
@@ -242,20 +247,6 @@ def run_paper(config: str, steps: int, max_new: int, processes: int, devices: in
     return out
 
 
-# ---- the machine --------------------------------------------------------------------------------
-
-def machine() -> dict:
-    import jax
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), "unknown")
-    return {"jax": jax.__version__, "commit": commit + ("-dirty" if dirty else ""),
-            "cpu": cpu, "cores": os.cpu_count(), "load_average": list(os.getloadavg())}
-
-
 def print_path(name: str, r: dict) -> None:
     print(f"{name}: {r['iterations']} iterations in {r['seconds']:.0f} s; bounds "
           f"{'hold' if r['bounds_hold'] else 'broken'} (last compile in iteration "
@@ -284,7 +275,10 @@ def main(argv=None) -> dict:
                          "to decode in more than one segment)")
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--devices", type=int, default=8)
+    ap.add_argument("--save", action="store_true",
+                    help="also write the JSON line to benchmarks/results/")
     args = ap.parse_args(argv)
+    record = Run("compiles")
     paths = args.paths.split(",")
     if not paths or set(paths) - {"grpo", "paper"}:
         ap.error(f"--paths {args.paths!r}: expected a comma-separated subset of grpo,paper")
@@ -296,10 +290,9 @@ def main(argv=None) -> dict:
     if "grpo" in paths:
         result["grpo"] = run_grpo(args.grpo_steps, args.max_len, args.stop_ids, args.settle)
         print_path("grpo", result["grpo"])
-    result = {**machine(), "settle": args.settle,
+    result = {"settle": args.settle,
               "bounds_hold": all(r["bounds_hold"] for r in result.values()), **result}
-    print(json.dumps(result))
-    return result
+    return record.emit(result, save=args.save)
 
 
 if __name__ == "__main__":
