@@ -240,7 +240,8 @@ def run_paper(config: str, steps: int, max_new: int, processes: int, devices: in
             raise RuntimeError(f"paper run failed (exit {p.returncode}):\n{err[-4000:]}")
     results = [json.loads(o.read_text()) for o in outs]
     out = dict(results[0])
-    out.update(config=config, overrides=overrides, processes=processes, devices=devices,
+    # the scratch directory named as $TMP: the JSON holds no path of this machine
+    out.update(config=config, overrides=[o.replace(str(tmp), "$TMP") for o in overrides], processes=processes, devices=devices,
                iterations=steps, seconds=time.perf_counter() - start,
                bounds_hold=all(r["bounds_hold"] for r in results),
                per_process_bounds_hold=[r["bounds_hold"] for r in results])

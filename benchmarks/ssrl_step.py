@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def main(argv=None) -> dict:
                         help="also write the JSON line to benchmarks/results/")
     args = parser.parse_args(argv)
     record = Run("ssrl_step")
-    workdir = args.run or "/tmp/jaxtom-ssrl-step"
+    workdir = args.run or tempfile.mkdtemp(prefix="jaxtom-ssrl-step-")
     config = load_config(args.config, [f"trainer.workdir={workdir}"])
     prep = prepare(config, Path(workdir), None)
     model = prep.model
@@ -165,7 +166,7 @@ def main(argv=None) -> dict:
               f"{info['gflop']} GFLOP, {info['gbytes']} GB accessed: {med:.3f} s "
               f"({min(times[name]):.3f}-{max(times[name]):.3f}), {base / med:.2f}x")
     return record.emit({
-        "config": args.config, "run": args.run or None, "repeats": args.repeats,
+        "config": args.config, "run": Path(args.run).name if args.run else None, "repeats": args.repeats,
         "samples": len(lengths), "mean_completion_tokens": round(float(np.mean(lengths)), 2),
         "step_seconds": {k: round(v, 4) for k, v in step.items()},
         "updates_compiling": len(compiling),
