@@ -188,7 +188,7 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
 
     from jaxtom import parallel
 
-    from jaxtom.models.sampling_weights import samples_a_copy
+    from jaxtom.sampling.weights import samples_a_copy
 
     mcfg = model_config(config.model) if mcfg is None else mcfg
     loaded = nnx.state(nnx.eval_shape(lambda: new_model(mcfg)))

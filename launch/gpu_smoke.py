@@ -19,7 +19,7 @@ background). With `--tiny` the divisor is 8. What it runs on that mesh:
 - random weights of the config's architecture (only `config.json` is read, under
   `$JAXTOM_MODELS`, default launch/models/), built with the train state in one program,
   sharded over the mesh (`Learner.init_state` under `jax.jit`);
-- one rollout call (`jaxtom.sampling.generate`, on `Learner.sampling_model` as a run samples)
+- one rollout call (`jaxtom.sampling.sampler.generate`, on `Learner.sampling_model` as a run samples)
   of the rows and prompt length `jaxtom plan` plans (distinct random prompts of
   `row_len - max_new_tokens` tokens, every row decoding `max_new_tokens`), after a warm-up
   call that compiles it;
@@ -331,7 +331,8 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     import jax
     import numpy as np
 
-    from jaxtom import parallel, plan, sampling
+    from jaxtom import parallel, plan
+    from jaxtom.sampling import sampler
     from jaxtom.flops import inference_flops
     from jaxtom.rl.step import Learner
 
@@ -370,9 +371,9 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     prompts = rng.integers(1, mcfg.vocab_size, (n, prompt_len)).tolist()
     model = learner.sampling_model(state)  # what a run samples from (compute dtype)
     kw = dict(temperature=t.temperature, top_p=t.top_p, stop_at_eos=False, pad_id=t.pad_id,
-              share_prefill=False, buffer_len=sampling.bucket(t.max_new_tokens, 16))
+              share_prefill=False, buffer_len=sampler.bucket(t.max_new_tokens, 16))
     start = time.perf_counter()
-    warm = sampling.generate(model, prompts, max_new_tokens=min(2, t.max_new_tokens),
+    warm = sampler.generate(model, prompts, max_new_tokens=min(2, t.max_new_tokens),
                              key=jax.random.key(args.seed + 1), **kw)
     cache_shape = tuple(warm.state.cache.k.shape)
     del warm
@@ -380,7 +381,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     times, new_tokens = [], 0
     for i in range(args.repeats):
         start = time.perf_counter()
-        res = sampling.generate(model, prompts, max_new_tokens=t.max_new_tokens,
+        res = sampler.generate(model, prompts, max_new_tokens=t.max_new_tokens,
                                 key=jax.random.key(args.seed + 2 + i), **kw)
         times.append(time.perf_counter() - start)  # generate returns host arrays: synced
         new_tokens = int(res.lengths.sum())
@@ -389,7 +390,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     seconds = statistics.median(times)
     flops = inference_flops(mcfg.num_params(), n * prompt_len + new_tokens)
     out["rollout"] = {"rows": n, "padded_rows": cache_shape[1], "prompt_len": prompt_len,
-                      "prompt_slots": sampling.bucket(prompt_len, 8),
+                      "prompt_slots": sampler.bucket(prompt_len, 8),
                       "cache_len": cache_shape[3], "new_tokens": new_tokens,
                       "compile_and_warmup_seconds": compile_s, "seconds": seconds,
                       "new_tokens_per_s": new_tokens / seconds,

@@ -138,7 +138,7 @@ class PolicyBelief(ModelBelief):
     training data's observation (`data.get_observation(observation)` on `ctx.episode()` at
     `ctx.t`), the completion is parsed leniently (`particles.parse_particles`, eval mode); a
     failed parse keeps the previous belief. `sample(prompt_ids, call) -> token ids` defaults to
-    `jaxtom.sampling.generate` (temperature 0.6 as the public evaluation). `tflops` is
+    `jaxtom.sampling.sampler.generate` (temperature 0.6 as the public evaluation). `tflops` is
     2 x active parameters x the mean tokens (prompt + completion) per run, in TFLOPs."""
 
     def __init__(self, model, codec, *, name: str = "MindZero", observation: str = "compact",

@@ -47,7 +47,7 @@ class VLQueries:
         """(completion texts, tokens processed per query) for `rows`, one sampler call; the
         rows are padded to a few batch sizes (copies of the first, dropped), as text
         queries are, so a run compiles a bounded number of programs."""
-        from jaxtom.models import vl_sampling
+        from jaxtom.sampling import vl as vl_sampling
         built = [self.prompt(view, e, t) for e, t in rows]
         ids, pictures = [b[0] for b in built], [[b[1]] for b in built]
         extra = padded_rows(len(ids)) - len(ids)

@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
 from jaxtom.models.decoder import Decoder
-from jaxtom.models.sampling_weights import samples_a_copy, sampling_params
+from jaxtom.sampling.weights import samples_a_copy, sampling_params
 from jaxtom.rl import logprobs, losses
 from jaxtom.rl.batch import Batch, batch_images, merge_rows, pad_rows_to, split_rows
 from jaxtom.rl.gradients import (accumulate, as_float32, combine_gradients,

@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import pytest
 
-from jaxtom import sampling
+from jaxtom.sampling import sampler
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import builtin_tasks
 from jaxtom.ctom.policies import SamplerPolicy, ScriptedPolicy
@@ -44,7 +44,7 @@ def req(task, *history, final=False):
 class Recorder:
     """Wraps a generate function; keeps what the simulator handed the sampler."""
 
-    def __init__(self, fn=sampling.generate):
+    def __init__(self, fn=sampler.generate):
         self.fn, self.calls = fn, []
 
     def __call__(self, model, prompts, **kw):
