@@ -139,7 +139,7 @@ def jaxtom_configs(shape: Shape, total_steps: int, optimized: bool):
     """(TrainerConfig, StepConfig) of jaxtom's side; `optimized`: each group's prompt packed
     once, into rows of the fixed `row_len` (`shared_fixed_rows`), and finished rows dropped
     from decoding (`compact_rows`)."""
-    from jaxtom.rl.step import StepConfig
+    from jaxtom.rl.step_config import StepConfig
     from jaxtom.rl.trainer import TrainerConfig
 
     cfg = TrainerConfig(workdir=tempfile.mkdtemp(prefix="iter-"), total_steps=total_steps,

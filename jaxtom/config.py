@@ -21,7 +21,7 @@ from typing import Any
 
 from jaxtom.errors import UserError
 from jaxtom.rl.losses import ADVANTAGE_SCALES
-from jaxtom.rl.step import REFERENCES, StepConfig
+from jaxtom.rl.step_config import REFERENCES, StepConfig
 from jaxtom.rl.trainer import TrainerConfig
 
 DTYPES = ("float32", "bfloat16")

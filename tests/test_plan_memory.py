@@ -36,6 +36,8 @@ import jax, numpy as np
 from flax import nnx
 
 from jaxtom import models, parallel, plan
+from jaxtom import plan_shapes
+from jaxtom import plan_rollout
 
 from jaxtom.sampling import loop as sampling_loop
 
@@ -108,7 +110,7 @@ if args["rollout"]:
 
     sampling_loop.programs = watching
     t = config.trainer
-    rows = plan.sampler_call_rows(config)
+    rows = plan_rollout.sampler_call_rows(config)
     rng = np.random.default_rng(0)
     prompt_len = t.row_len - t.max_new_tokens
     prompts = rng.integers(8, cfg.vocab_size, (rows, prompt_len)).tolist()
@@ -124,7 +126,7 @@ if args["rollout"]:
 
 if args["update"]:
     from jaxtom.rl.batch import Batch
-    abstract = plan.abstract_update_batch(config, plan.model_config(config.model), learner)
+    abstract = plan_shapes.abstract_update_batch(config, plan_shapes.model_config(config.model), learner)
     rng = np.random.default_rng(1)
     R, T = abstract.tokens.shape
 

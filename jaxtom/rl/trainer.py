@@ -37,7 +37,8 @@ from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
 from jaxtom.rl.preemption import StopSignal, TrainingStopped
-from jaxtom.rl.step import Learner, StepConfig, TrainState
+from jaxtom.rl.step import Learner
+from jaxtom.rl.step_config import StepConfig, TrainState
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,7 +46,7 @@ import numpy as np
 
 from jaxtom.household import catalog
 from jaxtom.household.goals import Goal
-from jaxtom.household.particles import format_particles
+from jaxtom.mindzero.household.particles import format_particles
 
 TEACHERS = ("approached", "random")
 
@@ -210,7 +210,7 @@ def likelihood_context(episode, t: int):
     """What the LLM likelihood questions at (episode, t) share: the apartment and the human
     in the state where a_{t-1} was taken, the key actions before it, and a_{t-1}."""
     from jaxtom.household import text
-    from jaxtom.household.llm_prompts import LikelihoodContext
+    from jaxtom.mindzero.household.llm_prompts import LikelihoodContext
     state = episode.states[t - 1]
     return LikelihoodContext(
         state=text.apartment_text(state) + "\n" + text.agent_text(state),
