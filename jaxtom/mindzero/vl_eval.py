@@ -76,7 +76,7 @@ class VLQueries:
 
 def load_vl_model(config, checkpoint: str | Path, tokenizer_path=None):
     """(Qwen3VL, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
-    from jaxtom.mindzero.model_io import restore_params
+    from jaxtom.models.orbax_io import restore_params
     from jaxtom.mindzero.vl_train import build_vl_model
     checkpoint = storage.absolute(checkpoint)
     tok = tokenizer_path or checkpoint.parent / "tokenizer.json"

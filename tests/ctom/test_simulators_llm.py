@@ -15,7 +15,8 @@ from jaxtom.ctom.prompts import SIMULATOR_PROMPTS
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.simulators import SimRequest, SimulatorError
 from jaxtom.ctom.simulators_llm import LLMSimulator
-from jaxtom.ctom.train import CToMSettings, make_simulator
+from jaxtom.ctom.train import make_simulator
+from jaxtom.ctom.config import CToMSettings
 
 from .tiny_chat import chatml_bpe, tiny_chat_model
 

@@ -206,18 +206,6 @@ def figure_observation(episode, t: int, num_particles: int) -> str:
             "Please output the minified JSON.")
 
 
-def likelihood_context(episode, t: int):
-    """What the LLM likelihood questions at (episode, t) share: the apartment and the human
-    in the state where a_{t-1} was taken, the key actions before it, and a_{t-1}."""
-    from jaxtom.household import text
-    from jaxtom.mindzero.household.llm_prompts import LikelihoodContext
-    state = episode.states[t - 1]
-    return LikelihoodContext(
-        state=text.apartment_text(state) + "\n" + text.agent_text(state),
-        history=tuple(text.key_actions(episode.states, episode.actions, t - 1)),
-        next_action=text.action_text(state, episode.actions[t - 1]))
-
-
 OBSERVATIONS: dict[str, Callable[..., str]] = {"compact": compact_observation,
                                                "figure": figure_observation}
 
