@@ -49,7 +49,7 @@ from jaxtom.mindzero.data import task_records, timestep_records
 from jaxtom.mindzero.driver import make_mesh
 from jaxtom.mindzero.experiments import TINY_MODEL
 from jaxtom.mindzero.experiments_vl import tiny_vl_config
-from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.observation import observation_image
 from jaxtom.mindzero.observation import HostEpisodes, approach_order
 from jaxtom.mindzero.warmup import teacher_rollout, warmup_step_config, warmup_trainer_config
 from jaxtom.gridworld.render import TRACE_FILL

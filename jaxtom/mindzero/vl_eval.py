@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxtom import flops, storage
-from jaxtom.mindzero.image_observation import IMAGE_OBSERVATIONS, observation_image
+from jaxtom.mindzero.observation import IMAGE_OBSERVATIONS, observation_image
 from jaxtom.mindzero.policy import Codec, padded_rows
 from jaxtom.models import Qwen3VL
 from jaxtom.models.image_processing import preprocess_image

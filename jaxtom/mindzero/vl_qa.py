@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.observation import observation_image
 from jaxtom.mindzero.qa import QAPrompts
 from jaxtom.models.image_processing import preprocess_image
 from jaxtom.models.mrope import expand_image_tokens

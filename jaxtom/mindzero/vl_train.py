@@ -27,7 +27,7 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
-from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.observation import observation_image
 from jaxtom.mindzero.data import PromptCache, task_records
 from jaxtom.mindzero.monitor import monitor_rows, monitor_scores
 from jaxtom.mindzero.observation import HostEpisodes
