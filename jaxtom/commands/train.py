@@ -19,24 +19,40 @@ evaluation); the same command resumes from that step.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
 import sys
 
+import jax
+
+from jaxtom import models, parallel, storage
+from jaxtom.config import ConfigError, load_config, resolve_model_path
+from jaxtom.ctom.evaluate import run_eval
+from jaxtom.ctom.train import train as train_ctom
+from jaxtom.mindzero import task as mindzero_task
+from jaxtom.mindzero.driver import train as train_mindzero
+from jaxtom.models import check_checkpoint
+from jaxtom.rl.preemption import TrainingStopped
+from jaxtom.rl.toy import TargetTokenReward, toy_token_tasks
+from jaxtom.rl.trainer import CompletionRollout, Trainer
+
 
 def load(args):
-    """The validated config, or None after printing the one-line error."""
-    from jaxtom.config import ConfigError, load_config
+    """The validated config (a MindZero config's task registered and of its section), or
+    None after printing the one-line error."""
     try:
-        return load_config(args.config, args.overrides)
+        config = load_config(args.config, args.overrides)
+        if config.kind == "mindzero":
+            mindzero_task.get(config)
+        return config
     except ConfigError as err:
         print(str(err), file=sys.stderr)
         return None
 
 
 def start_distributed() -> None:
-    from jaxtom import parallel
     env = os.environ
     parallel.initialize_distributed(
         coordinator_address=env.get("JAX_COORDINATOR_ADDRESS"),
@@ -45,14 +61,11 @@ def start_distributed() -> None:
 
 
 def make_mesh(config):
-    from jaxtom import parallel
     return parallel.run_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
 def build_model(config, mesh):
     """The generic task's policy: a checkpoint (`model.path`) or a random model."""
-    from jaxtom import models
-    from jaxtom.config import resolve_model_path
     m = config.model
     if m.path:
         model = models.from_pretrained(resolve_model_path(m.path), dtype=m.param_dtype,
@@ -68,7 +81,6 @@ def build_task(config):
     """(task records, reward fn) of the generic task."""
     t = config.task
     if t.name == "toy_token":
-        from jaxtom.rl.toy import TargetTokenReward, toy_token_tasks
         return (toy_token_tasks(t.num_prompts, t.prompt_len, config.model.vocab_size,
                                 seed=config.trainer.seed), TargetTokenReward(t.target_token))
     module, _, attr = t.name.partition(":")
@@ -76,26 +88,15 @@ def build_task(config):
 
 
 def mindzero_evaluate(config, checkpoint, test=None, train=None):
-    """Evaluate a MindZero checkpoint: the QA table (Table 4a), the household table (Table
-    1b / 4b columns) or the gridworld goal-inference one."""
-    if config.mindzero.data.task == "household":
-        from jaxtom.mindzero.household.evaluate import evaluate_run as evaluate_household
-        return evaluate_household(config, checkpoint, test=test)
-    if config.mindzero.data.task in ("qa", "household_qa"):
-        from jaxtom.mindzero.qa_eval import evaluate_qa_run
-        return evaluate_qa_run(config, checkpoint, test=test)
-    from jaxtom.mindzero.run import evaluate_run
-    return evaluate_run(config, checkpoint, test=test, train=train)
+    """Evaluate a MindZero checkpoint with its task's table (`jaxtom.mindzero.task`)."""
+    return mindzero_task.get(config).evaluate(config, checkpoint, test=test, train=train)
 
 
 def record_config(config) -> None:
     """The config as `workdir/config.json` (process 0 writes it), as MindZero's driver
     records its own: what `jaxtom export` rebuilds the run's model from."""
-    import dataclasses
 
-    import jax
 
-    from jaxtom import storage
     if jax.process_index() == 0:
         storage.write_json(storage.run_dir(config.trainer.workdir) / "config.json",
                            dataclasses.asdict(config), indent=1)
@@ -103,21 +104,17 @@ def record_config(config) -> None:
 
 def train(config, progress: bool = True) -> dict:
     """Trains any config to its last step (resuming from its workdir); a JSON-able summary."""
-    import dataclasses
 
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         config.trainer, progress=config.trainer.progress and progress))
     if config.kind == "mindzero":
-        from jaxtom.mindzero.driver import train as train_mindzero
         out = train_mindzero(config, progress=config.trainer.progress)
         return {"step": int(out["state"].step), "workdir": out["run_dir"]}
     record_config(config)
     mesh = make_mesh(config)
     if config.kind == "ctom":
-        from jaxtom.ctom.train import train as train_ctom
         state = train_ctom(config, mesh=mesh)
     else:
-        from jaxtom.rl.trainer import CompletionRollout, Trainer
         tasks, reward_fn = build_task(config)
         trainer = Trainer(build_model(config, mesh), tasks,
                           CompletionRollout(reward_fn, config.trainer), config.step,
@@ -127,7 +124,6 @@ def train(config, progress: bool = True) -> dict:
 
 
 def evaluate(config, config_path: str, overrides, checkpoint: str | None = None) -> int:
-    from jaxtom import storage
     if config.kind == "mindzero":
         ckpt = storage.path(checkpoint or storage.path(config.trainer.workdir) / "checkpoint")
         if not ckpt.exists():
@@ -143,7 +139,6 @@ def evaluate(config, config_path: str, overrides, checkpoint: str | None = None)
               "checkpoint under its trainer.workdir", file=sys.stderr)
         return 2
     if config.kind == "ctom":
-        from jaxtom.ctom.evaluate import run_eval
         storage.check_writable(config.trainer.workdir)  # its checkpoints; the results
         run_eval(config_path, overrides)
         return 0
@@ -161,7 +156,6 @@ def _command(run):
         if config is None:
             return 2
         start_distributed()
-        from jaxtom.rl.preemption import TrainingStopped
         try:
             return run(args, config)
         except TrainingStopped as stop:
@@ -174,12 +168,9 @@ def preflight(config) -> None:
     """A training command's first step, before any model is built or data generated:
     `trainer.workdir` can be created and written, and `model.path` is a readable checkpoint
     (its config.json and safetensors headers, or its GGUF header), else one input error."""
-    from jaxtom import storage
     storage.check_shared_workdir(config.trainer.workdir)
     storage.check_writable(config.trainer.workdir)
     if config.model.path:
-        from jaxtom.config import resolve_model_path
-        from jaxtom.models import check_checkpoint
         check_checkpoint(resolve_model_path(config.model.path))
 
 
@@ -204,7 +195,6 @@ def _mindzero_cmd(args, config) -> int:
     if args.action == "eval":
         return evaluate(config, args.config, args.overrides, args.checkpoint)
     preflight(config)
-    from jaxtom.mindzero.driver import train as train_mindzero
     out = train_mindzero(config, progress=not args.quiet and config.trainer.progress)
     t = out["timings"]
     print(f"trained in {t['total_s']:.0f} s (setup {t['setup_s']:.0f} s, warm-up "
@@ -214,7 +204,6 @@ def _mindzero_cmd(args, config) -> int:
         print(f"kept the model of SSRL step {t['kept_step']} (0: the warm-up), the best "
               f"validation monitor log score ({t['kept_monitor_log_score']:.3f})")
     if args.action == "run":
-        from jaxtom import storage
         results = mindzero_evaluate(config, storage.path(out["run_dir"]) / "checkpoint",
                                     test=out["test"],
                                     train=out.get("train"))

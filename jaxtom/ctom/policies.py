@@ -36,7 +36,7 @@ class SamplerPolicy:
                  buffer_len=None) -> list[list[int]]:
         """`conversations` names each row's conversation (its kept cache); `buffer_len` pins
         the output buffer so that phases with different caps share one decode program."""
-        from jaxtom.sampling import generate
+        from jaxtom.sampling.sampler import generate
         kw = dict(max_new_tokens=max_new_tokens, temperature=self.temperature,
                   top_p=self.top_p, top_k=self.top_k, stop=list(stop), key=key,
                   tokenizer=self.tokenizer, buffer_len=buffer_len)

@@ -58,7 +58,7 @@ class LLMSimulator:
                              f"{self.batch_size} and {self.max_tokens}")
         generate = self.generate_fn
         if generate is None:
-            from jaxtom.sampling import generate
+            from jaxtom.sampling.sampler import generate
         key = jax.random.key(seed)
         out: list[SimReply | None] = [None] * len(requests)
         rows: list[tuple[int, list[int]]] = []

@@ -154,7 +154,6 @@ class MindZeroSection:
               "'figure' unless data.observation is 'image' or 'image_short' (a text "
               "observation draws no picture)",
               d.image_style)
-        check(d.task in ("goals", "qa"), "data.task", "'goals' or 'qa'", d.task)
         check(not (d.task == "qa" and d.observation == "image_short"), "data.observation",
               "'image' for QA with pictures (image_short's line asks for goals)",
               d.observation)

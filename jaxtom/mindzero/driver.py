@@ -1,10 +1,10 @@
 """The one MindZero driver: every task runs the same phases on the one trainer.
 
-A task (goal particles over text or image observations, question answering in either domain,
-household goal particles) is a `prepare(config, run_dir, mesh) -> Prepared` function: its
-data, tokenizer and policy, how long its rows are, and builders of its held-out monitor, its
-warm-up teacher and its SSRL rollout (built against the run's final config, whose row length
-the driver sets from the task's). `train` owns everything else, in the same order for every task:
+A task (`jaxtom.mindzero.task.Task`, found by `mindzero.data.task` in the registry) hands the
+driver a `Prepared` from its `prepare(config, run_dir, mesh)`: its data, tokenizer and policy,
+how long its rows are, and builders of its held-out monitor, its warm-up teacher and its SSRL
+rollout (built against the run's final config, whose row length the driver sets from the
+task's). `train` owns everything else, in the same order for every task:
 config.json, the mesh, the row length, the format warm-up (checked and retried where the
 task checks one), the kept model (validation episodes), SSRL, checkpoints and timings. Each
 phase checkpoints under its own folder of the run directory, so rerunning the same command
@@ -16,54 +16,19 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable
-
 import jax
 
-from jaxtom import storage
-from jaxtom.mindzero.config import is_image
+from jaxtom import parallel, storage
+from jaxtom.mindzero import task
+from jaxtom.mindzero import tasks as builtin_tasks  # noqa: F401  (registers the built-in tasks)
 from jaxtom.models.orbax_io import save_model
 from jaxtom.mindzero.monitor import BestModel
 from jaxtom.mindzero.warmup import checked_warm_up, warmup_trainer_config
 from jaxtom.rl.trainer import Trainer
 
 
-@dataclasses.dataclass
-class Prepared:
-    """What a task hands the driver once its data, tokenizer and policy exist."""
-    model: Any
-    codec: Any
-    row_len: Callable[[int], int]  # completion budget (tokens) -> the task's packed row length
-    monitor: Callable  # config -> the held-out (or validation) eval hook (step, model)
-    warmup_tasks: list
-    warmup_rollout: Callable  # (config, the warm-up's TrainerConfig) -> its teacher rollout
-    ssrl_tasks: list
-    ssrl_rollout: Callable  # (config, the model SSRL starts from) -> the SSRL rollout
-    teacher_budget: int = 0  # the warm-up targets' longest completion (0: max_new_tokens)
-    rebuild: Callable | None = None  # config -> fresh model for a retried warm-up; None:
-    #                                  the task's warm-up is not checked (QA)
-    keep_best: bool = False  # keep the model of the best monitor score (validation episodes)
-    result: dict = dataclasses.field(default_factory=dict)  # returned beside run_dir/state
-    timings: dict = dataclasses.field(default_factory=dict)
-
-
-def task_prepare(config) -> Callable:
-    """The `prepare` function of the config's task (`mindzero.data.task` / `.observation`)."""
-    d = config.mindzero.data
-    if d.task == "household":
-        from jaxtom.mindzero.household.train import prepare
-    elif d.task in ("qa", "household_qa"):
-        from jaxtom.mindzero.qa_train import prepare
-    elif is_image(d.observation):
-        from jaxtom.mindzero.vl_train import prepare
-    else:
-        from jaxtom.mindzero.trainer import prepare
-    return prepare
-
-
 def make_mesh(config):
     """The update step's mesh from `config.mesh`."""
-    from jaxtom import parallel
     return parallel.run_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
@@ -76,7 +41,7 @@ def train(config, progress: bool = True) -> dict:
     if jax.process_index() == 0:
         storage.write_json(run_dir / "config.json", dataclasses.asdict(config), indent=1)
     mesh = make_mesh(config)
-    prep = task_prepare(config)(config, run_dir, mesh)
+    prep = task.get(config).prepare(config, run_dir, mesh)
     c = config.trainer
     config = dataclasses.replace(config, trainer=dataclasses.replace(
         c, row_len=prep.row_len(c.max_new_tokens), pad_id=prep.codec.pad_id,

@@ -20,7 +20,7 @@ import numpy as np
 from jaxtom.gridworld.types import COLORS, SHAPES
 from jaxtom.mindzero.observation import COMPACT_WORDS
 from jaxtom.models.decoder import Decoder
-from jaxtom.sampling import generate
+from jaxtom.sampling.sampler import generate
 from jaxtom.tokenizer import Tokenizer
 
 PAD, EOS, SEP = "<pad>", "<eos>", "<sep>"

@@ -163,7 +163,7 @@ class QAPrompts:
 
     def sample(self, model, index, *, key, row_ids, **kwargs):
         """One sampler call for questions `index` on this process alone (evaluation)."""
-        from jaxtom.sampling import generate
+        from jaxtom.sampling.sampler import generate
         return generate(model, [self(i) for i in index], key=key, row_ids=row_ids,
                         **kwargs).sequences()
 

@@ -1,4 +1,5 @@
-"""Evaluating a QA model in the paper's protocol (section 5.1, Table 4a): the model answers each
+"""How a QA model is scored in the paper's protocol (section 5.1, Table 4a; the run's table is
+`jaxtom.mindzero.qa_train.evaluate_qa_run`): the model answers each
 held-out question itself, greedily and sampled at the public code's validation settings
 (temperature 0.8, top-p 0.95, one answer per question); accuracy per question type and
 overall (episode-clustered SE), beside the starting model (the warm-up checkpoint, or the
@@ -9,13 +10,9 @@ A.2: 2 x active parameters x prompt and answer tokens)."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 
-import jax
 import numpy as np
 
-from jaxtom import storage
 from jaxtom.eval import metrics
 from jaxtom.gridworld.qa import QUESTION_TYPES
 from jaxtom.mindzero.qa import QAPrompts, parse_answer
@@ -75,58 +72,6 @@ def baseline_choices(questions, table, seed: int) -> dict[str, np.ndarray]:
             "random answerer": rng.integers(0, 2, len(questions))}
 
 
-def starting_model(cfg, run_dir: Path):
-    """The untrained model: the warm-up checkpoint when the run had one, else the initial
-    weights the run started from."""
-    from jaxtom.mindzero.qa_train import load_model
-    run_dir = storage.path(run_dir)
-    if (run_dir / "warmup").exists():
-        return load_model(cfg, run_dir / "warmup")
-    from jaxtom.mindzero.qa_train import build_model
-    return build_model(cfg, run_dir)
-
-
-def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None) -> dict:
-    """The Table 4a (gridworld) or 4b (household, `task=household_qa`) rows for the run at
-    `checkpoint` on its held-out questions (`test`: the run's held-out set, regenerated from
-    the config when not given); writes qa_results.json/.md next to the checkpoint and prints
-    the table."""
-    from jaxtom.mindzero.qa_train import load_model, qa_domain
-    t0 = time.perf_counter()
-    domain = qa_domain(cfg)
-    checkpoint = storage.path(checkpoint)
-    run_dir = checkpoint.parent
-    if test is None:
-        _, test = domain.sets(cfg)
-    qs, seed = test.questions, cfg.trainer.seed
-    models = {"MindZero": load_model(cfg, checkpoint), "untrained": starting_model(cfg, run_dir)}
-    table, answers = {}, {}
-    for name, (model, codec) in models.items():
-        prompts = domain.prompts(cfg, codec, test, model)
-        tf_per_token, tf_per_picture = prompts.tflops_per_token_and_picture(model)
-        for mode, kw in (("greedy", {}), ("sampled", SAMPLED)):
-            key = jax.random.fold_in(jax.random.key(seed), 7)
-            choices, texts, tokens = answer(model, codec, prompts, key=key,
-                                            max_new_tokens=cfg.trainer.max_new_tokens,
-                                            parse=domain.parse, **kw)
-            row = f"{name} ({mode})"
-            table[row] = domain.accuracy_table(choices, qs)
-            table[row].update(tflops_per_question=tf_per_token * float(tokens.mean())
-                              + tf_per_picture,
-                              distinct_answers=len(set(texts)))
-            answers[row] = texts
-    table.update(domain.baselines(cfg, test))
-    results = {"episodes": len(test), "questions": len(qs), "accuracy": table,
-               "eval_s": time.perf_counter() - t0}
-    text = domain.markdown(results)
-    if jax.process_index() == 0:
-        storage.write_json(run_dir / "qa_results.json", {**results, "answers": answers},
-                           indent=1, default=float)
-        storage.write_text(run_dir / "qa_results.md", text + "\n")
-    print(text)
-    return results
-
-
 def markdown(results: dict) -> str:
     lines = [f"QA accuracy (Table 4a protocol: the model answers each question itself; binary "
              f"choice, chance 0.5): {results['episodes']} held-out episodes, "
@@ -143,6 +88,3 @@ def markdown(results: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
-
-__all__ = ["SAMPLED", "accuracy_table", "answer", "baseline_choices", "evaluate_qa_run",
-           "markdown", "starting_model"]

@@ -13,6 +13,7 @@ tiny CPU model gets a BPE trained on the run's own prompts (`tokenizer.json`).
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import jax
@@ -22,6 +23,9 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.gridworld import qa_episodes
 from jaxtom.gridworld.episodes import layout_keys
+from jaxtom.mindzero.config import MindZeroSection
+from jaxtom.mindzero.household.config import HouseholdMindZero
+from jaxtom.mindzero.task import Prepared, Task, register
 from jaxtom.mindzero import qa_eval
 from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.observation import HostEpisodes
@@ -180,7 +184,6 @@ def prepare(config, run_dir: Path, mesh):
     """Question answering (either domain) for the one driver (`driver.train`): the sets,
     tokenizer and model; a warm-up on uniformly random letters (not checked: a letter
     answer has no observation to copy); SSRL on the domain's QA reward."""
-    from jaxtom.mindzero.driver import Prepared
     domain = qa_domain(config)
     train_set, test_set = domain.sets(config)
     model, codec = build_model(config, run_dir, (train_set, test_set), mesh=mesh)
@@ -200,3 +203,58 @@ def prepare(config, run_dir: Path, mesh):
                                                             config.trainer.seed),
         ssrl_tasks=tasks, ssrl_rollout=lambda config, model: rollout,
         result={"test": test_set})
+
+
+def starting_model(cfg, run_dir: Path):
+    """The untrained model: the warm-up checkpoint when the run had one, else the initial
+    weights the run started from."""
+    run_dir = storage.path(run_dir)
+    if (run_dir / "warmup").exists():
+        return load_model(cfg, run_dir / "warmup")
+    return build_model(cfg, run_dir)
+
+
+def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None, train=None) -> dict:
+    """The Table 4a (gridworld) or 4b (household, `task=household_qa`) rows for the run at
+    `checkpoint` on its held-out questions (`test`: the run's held-out set, regenerated from
+    the config when not given; the training set `train` is not read); writes qa_results.json/.md next to the checkpoint and prints
+    the table."""
+    t0 = time.perf_counter()
+    domain = qa_domain(cfg)
+    checkpoint = storage.path(checkpoint)
+    run_dir = checkpoint.parent
+    if test is None:
+        _, test = domain.sets(cfg)
+    qs, seed = test.questions, cfg.trainer.seed
+    models = {"MindZero": load_model(cfg, checkpoint), "untrained": starting_model(cfg, run_dir)}
+    table, answers = {}, {}
+    for name, (model, codec) in models.items():
+        prompts = domain.prompts(cfg, codec, test, model)
+        tf_per_token, tf_per_picture = prompts.tflops_per_token_and_picture(model)
+        for mode, kw in (("greedy", {}), ("sampled", qa_eval.SAMPLED)):
+            key = jax.random.fold_in(jax.random.key(seed), 7)
+            choices, texts, tokens = qa_eval.answer(model, codec, prompts, key=key,
+                                            max_new_tokens=cfg.trainer.max_new_tokens,
+                                            parse=domain.parse, **kw)
+            row = f"{name} ({mode})"
+            table[row] = domain.accuracy_table(choices, qs)
+            table[row].update(tflops_per_question=tf_per_token * float(tokens.mean())
+                              + tf_per_picture,
+                              distinct_answers=len(set(texts)))
+            answers[row] = texts
+    table.update(domain.baselines(cfg, test))
+    results = {"episodes": len(test), "questions": len(qs), "accuracy": table,
+               "eval_s": time.perf_counter() - t0}
+    text = domain.markdown(results)
+    if jax.process_index() == 0:
+        storage.write_json(run_dir / "qa_results.json", {**results, "answers": answers},
+                           indent=1, default=float)
+        storage.write_text(run_dir / "qa_results.md", text + "\n")
+    print(text)
+    return results
+
+
+register(Task("qa", prepare=prepare, evaluate=evaluate_qa_run, section=MindZeroSection,
+              about="binary-choice questions on the gridworld (Table 4a), text or image"))
+register(Task("household_qa", prepare=prepare, evaluate=evaluate_qa_run,
+              section=HouseholdMindZero, about="MMToM-style household questions (Table 4b)"))

@@ -22,6 +22,7 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.gridworld import EnvParams, generate_episodes
 from jaxtom.gridworld.episodes import layout_keys, split_params
+from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles, to_arrays
@@ -201,7 +202,6 @@ def prepare(config, run_dir: Path, mesh):
     tokenizer, model; the text teacher's warm-up (checked, retried from a fresh
     initialisation); validation episodes for the monitor and the kept model when
     `data.val_episodes`; particle SSRL on eq. 4 from the planner's likelihood table."""
-    from jaxtom.mindzero.driver import Prepared
     train_eps, test_eps = make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     val_eps = validation_episodes(config, train_eps, test_eps)

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from jaxtom import storage
+from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
 from jaxtom.mindzero.observation import observation_image
@@ -262,7 +263,6 @@ def prepare(config, run_dir: Path, mesh):
     """The goal task over image observations for the one driver (`driver.train`): the text
     goal task's episodes, teacher and reward on a Qwen3-VL policy whose prompts carry
     their pictures; its warm-up is checked and retried as the text one is."""
-    from jaxtom.mindzero.driver import Prepared
     train_eps, test_eps = text_trainer.make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     model, codec = build_vl_model(config, run_dir, views=(view, test_view), mesh=mesh)

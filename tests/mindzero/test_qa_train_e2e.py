@@ -6,7 +6,7 @@ import json
 import pytest
 
 from jaxtom.config import load_config
-from jaxtom.mindzero.qa_eval import evaluate_qa_run
+from jaxtom.mindzero.qa_train import evaluate_qa_run
 from jaxtom.mindzero.driver import train
 
 

@@ -38,7 +38,7 @@ def test_image_qa_trains_and_evaluates_like_the_text_path(tmp_path):
     out = driver.train(cfg, progress=False)
     test = out["test"]
     assert out["state"].step == cfg.trainer.total_steps
-    results = qa_eval.evaluate_qa_run(cfg, tmp_path / "vl" / "checkpoint", test=test)
+    results = qa_train.evaluate_qa_run(cfg, tmp_path / "vl" / "checkpoint", test=test)
 
     # the same held-out questions and model-free rows as the text observation
     _, text_test = qa_train.qa_data(text_cfg)

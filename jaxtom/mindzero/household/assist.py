@@ -158,7 +158,7 @@ class PolicyBelief(ModelBelief):
     def _generate(self, prompt_ids, call):
         import jax
 
-        from jaxtom.sampling import generate
+        from jaxtom.sampling.sampler import generate
         key = jax.random.fold_in(jax.random.key(self.seed), call)
         out = generate(self.model, [prompt_ids], max_new_tokens=self.max_new_tokens,
                        temperature=self.temperature, key=key, stop=list(self.codec.eos_ids),

@@ -29,7 +29,6 @@ LIKELIHOODS = ("symbolic", "llm")
 PRIORS = ("symbolic", "llm", "none")
 SCORERS = ("reference", "http")
 OBSERVABILITY = ("full", "partial")
-TASKS = ("household", "household_qa")  # goal particles (Table 1b) | MMToM-style QA (Table 4b)
 URL_ENV = "JAXTOM_REWARD_URL"  # the reward model's server when `scorer_url` is ""
 
 
@@ -68,15 +67,12 @@ class HouseholdMindZero(MindZeroSection):
     def validate(self, config) -> None:
         from jaxtom.config import ConfigError
         d = self.data
-        if d.task not in TASKS:
-            raise ConfigError("mindzero.data.task", f"one of {TASKS} for a household section",
-                              d.task)
         # the shared checks, on the fields the household shares with the gridworld (its
         # goal particles as the goal task's, its questions as the QA task's)
         # (its reward floors likelihood x prior: `likelihood_floor` is its own, `q_floor` the
         # gridworld's, refused below)
         MindZeroSection.validate(dataclasses.replace(
-            self, data=dataclasses.replace(d, task="goals" if d.task == "household" else "qa",
+            self, data=dataclasses.replace(d, task="qa" if d.task == "household_qa" else "goals",
                                            observation="compact", split="episodes",
                                            label_set="all"),
             reward=dataclasses.replace(self.reward, likelihood_floor=RewardConfig.likelihood_floor)

@@ -31,58 +31,12 @@ from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household.evaluate_assist import evaluate_run_assistance
-from jaxtom.household.goals import Goal
 from jaxtom.mindzero.household.qa_ssrl import evaluate_run_qa
+from jaxtom.mindzero.household.scores import belief_scores, scores_from_mass, top1_share
+from jaxtom.mindzero.household.train import load_model
 
 COLUMNS = (("log_score", "log score (true goal)"), ("top1", "top-1"),
            ("kl_exact", "KL(exact || q)"))
-
-
-def _support_index(episode):
-    support = hd.goal_support(episode.apartment)
-    return support, {g: i for i, g in enumerate(support)}
-
-
-def dense(particles, episode) -> np.ndarray:
-    """[|H|] a parse result's mass on the episode's goal space (0 elsewhere / on failure)."""
-    support, index = _support_index(episode)
-    out = np.zeros(len(support))
-    if particles is not None and getattr(particles, "ok", False):
-        for g, q in zip(particles.goals, particles.probs):
-            if g in index:
-                out[index[g]] += q
-    return out
-
-
-def _top1(goals, probs, true: Goal) -> float:
-    if not goals:
-        return 0.0
-    probs = np.asarray(probs, float)
-    best = np.isclose(probs, probs.max(), rtol=1e-9, atol=0.0)
-    hit = [g == true for g in goals]
-    return float(sum(b and h for b, h in zip(best, hit)) / best.sum())
-
-
-def scores_from_mass(mass: np.ndarray, top1: float, episode, mix: float,
-                     exact: np.ndarray | None = None) -> dict:
-    _, index = _support_index(episode)
-    qs = (1.0 - mix) * mass + mix / len(mass)
-    out = {"log_score": float(np.log(qs[index[episode.goal]])), "top1": top1}
-    if exact is not None:
-        live = exact > 0
-        out["kl_exact"] = float(np.sum(exact[live] * (np.log(exact[live]) - np.log(qs[live]))))
-    return out
-
-
-def belief_scores(parsed, episodes, mix: float, exact=None) -> dict[str, np.ndarray]:
-    """Per-query scores of parse results (one per query; `episodes[i]` its episode)."""
-    rows = []
-    for i, (p, ep) in enumerate(zip(parsed, episodes)):
-        ok = getattr(p, "ok", False)
-        goals, probs = (list(p.goals), list(p.probs)) if ok else ([], [])
-        rows.append(scores_from_mass(dense(p, ep), _top1(goals, probs, ep.goal), ep, mix,
-                                     None if exact is None else exact[i]))
-    return {k: np.array([r[k] for r in rows]) for k in rows[0]}
 
 
 def exact_posteriors(episodes, rows, params) -> list[np.ndarray]:
@@ -144,9 +98,9 @@ def model_beliefs(model, codec, episodes, rows, *, observation: str, num_particl
     return parsed, texts, np.asarray(tokens, float)
 
 
-def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
-    """The goal-inference table of the household run at `checkpoint` (results next to it)."""
-    from jaxtom.mindzero.household.train import load_model
+def evaluate_run(cfg, checkpoint, *, test=None, train=None, progress: bool = True) -> dict:
+    """The goal-inference table of the household run at `checkpoint` (results next to it;
+    `test`: its held-out episodes, regenerated when not given; `train` is not read)."""
     t0 = time.perf_counter()
     checkpoint = storage.path(checkpoint)
     run_dir = checkpoint.parent
@@ -175,7 +129,7 @@ def evaluate_run(cfg, checkpoint, *, test=None, progress: bool = True) -> dict:
     for name, beliefs in baseline_beliefs(test, rows, exact, d.num_particles,
                                           cfg.trainer.seed).items():
         per_row[name] = belief_scores(beliefs, episodes_of, e_cfg.score_mix, exact)
-    exact_rows = [scores_from_mass(p, _top1(list(hd.goal_support(ep.apartment)), p, ep.goal),
+    exact_rows = [scores_from_mass(p, top1_share(list(hd.goal_support(ep.apartment)), p, ep.goal),
                                    ep, e_cfg.score_mix, p) for p, ep in zip(exact, episodes_of)]
     per_row["exact posterior"] = {k: np.array([r[k] for r in exact_rows]) for k in exact_rows[0]}
     clusters = np.array([e for e, _ in rows])
@@ -242,5 +196,4 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["belief_scores", "dense", "evaluate_run", "exact_posteriors", "markdown",
-           "model_beliefs", "scores_from_mass"]
+__all__ = ["evaluate_run", "exact_posteriors", "markdown", "model_beliefs"]

@@ -37,9 +37,11 @@ import jax
 import numpy as np
 
 from jaxtom import storage
+from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household import reward as hr
 from jaxtom.mindzero.household.particles import parse_particles, to_arrays
+from jaxtom.mindzero.household.scores import belief_scores
 from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.policy import Codec, train_bpe
 from jaxtom.mindzero.warmup import teacher_rollout
@@ -313,7 +315,6 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
     """An eval hook: greedy completions on a fixed sample of held-out (episode, t); mean log
     score of the true goal (1% uniform over the generator's goal space), top-1, well-formed
     share and distinct completions. Labels are read here only, for logging."""
-    from jaxtom.mindzero.household.evaluate import belief_scores
     from jaxtom.mindzero.policy import sample_completions
     d = config.mindzero.data
     num_rows = num_rows or config.mindzero.household.monitor_rows
@@ -343,7 +344,6 @@ def prepare(config, run_dir: Path, mesh):
     and test apartments, tokenizer, model; the teacher's warm-up (checked and retried as the
     gridworld's); SSRL on the household ELBO, whose LLM terms (if any) are scored by the
     model SSRL starts from, frozen."""
-    from jaxtom.mindzero.driver import Prepared
     train_eps, test_eps = hd.make_episodes(config, "train"), hd.make_episodes(config, "test")
     model, codec = build_model(config, run_dir, (train_eps, test_eps), mesh=mesh)
     prompts = Prompts(config, codec, train_eps)
