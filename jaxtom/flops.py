@@ -6,7 +6,9 @@ the dense decoders here) and N_tokens every processed token, prompt and generate
 
 from __future__ import annotations
 
+from jaxtom.models.attention import attended_keys
 from jaxtom.models.config import ModelConfig
+from jaxtom.plan_shapes import image_patches
 
 
 def active_params(model_or_config, *, include_embeddings: bool = True) -> int:
@@ -51,7 +53,6 @@ def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0, patches: int = 
     if hasattr(mcfg, "vision"):
         return (forward_flops(mcfg.text, rows, seq, lora_rank)
                 + vision_flops(mcfg.vision, rows, patches))
-    from jaxtom.models.attention import attended_keys
 
     d, f, hd, L = mcfg.hidden_size, mcfg.intermediate_size, mcfg.head_dim, mcfg.num_layers
     q, kv = mcfg.num_heads * hd, mcfg.num_kv_heads * hd
@@ -74,7 +75,6 @@ def update_flops(config, mcfg, rows: int, seq: int, pred_rows: int = 0,
     scored once more before the first update. Prediction rows (CToM) get a forward and
     backward of their own loss in every epoch.
     """
-    from jaxtom.plan_shapes import image_patches
 
     step = config.step
     lora = config.model.lora_rank

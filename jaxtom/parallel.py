@@ -14,6 +14,8 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+from jax.experimental import mesh_utils, multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -67,7 +69,6 @@ def device_grid(sizes: Sequence[int], devices: Sequence[jax.Device]) -> np.ndarr
     `devices` in order. Devices of several slices (`device.slice_index`, multi-slice TPU)
     are joined by `create_hybrid_device_mesh` with the data axis across the slices, so only
     the gradient all-reduce crosses the data-centre network."""
-    from jax.experimental import mesh_utils
 
     sizes = [int(s) for s in sizes]
     slices = sorted({getattr(d, "slice_index", 0) for d in devices})
@@ -138,7 +139,6 @@ def variable_axes(var) -> tuple | None:
 
 def state_shardings(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None) -> Any:
     """NamedShardings for an NNX state whose variables carry logical axes."""
-    from flax import nnx
 
     def one(var):
         axes = variable_axes(var) or (None,) * len(var.get_value().shape)
@@ -159,7 +159,6 @@ def host_value(x) -> np.ndarray:
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         if x.sharding.is_fully_replicated:
             return np.asarray(x.addressable_data(0))
-        from jax.experimental import multihost_utils
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(jax.device_get(x))
 
@@ -187,7 +186,6 @@ def init_sharded(make, mesh: Mesh | None):
     compiled initialiser may round differently from `make()` in the last bit, so a mesh of
     one device (where nothing is split) keeps `make()`'s exact values: a run on one device
     reproduces eager initialisation. `mesh` None: `make()` as it is."""
-    from flax import nnx
     if mesh is None or mesh.devices.size == 1:
         module = make()
         if mesh is not None:
@@ -232,7 +230,7 @@ def on_tpu_vm() -> bool:
     if platforms and "tpu" not in platforms.split(","):
         return False  # e.g. CPU tests on a TPU VM: one process, no pod to join
     try:
-        from jax._src import cloud_tpu_init
+        from jax._src import cloud_tpu_init  # private: absent from some jaxlib builds
     except ImportError:
         return False
     return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))

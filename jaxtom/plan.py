@@ -29,12 +29,33 @@ import math
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxtom import parallel
 from jaxtom.flops import update_flops
 from jaxtom.plan_rollout import abstract_cache, kept_store_bytes, plan_rollout, rollout_shapes
 from jaxtom.plan_shapes import (
-    GB, PlanError, abstract_state, abstract_update_batch, device_bytes, image_patches,
-    mesh_sizes, model_config, new_model, prediction_rows, rollout_rows, text_config,
-    with_shardings, xla_flops, xla_memory)
+    GB,
+    PlanError,
+    abstract_state,
+    abstract_update_batch,
+    device_bytes,
+    image_patches,
+    mesh_sizes,
+    model_config,
+    new_model,
+    prediction_rows,
+    rollout_rows,
+    text_config,
+    with_shardings,
+    xla_flops,
+    xla_memory,
+)
+from jaxtom.rl.batch import update_rows
+from jaxtom.sampling.weights import samples_a_copy
+
 
 @dataclasses.dataclass(frozen=True)
 class Accelerator:
@@ -107,7 +128,6 @@ def less_padding(config, mcfg, sizes) -> dict[str, Any] | None:
     """A mesh over the same devices whose update pads `rollout_rows(config)` least, when
     `sizes` pads more than PADDING_LIMIT: the batch rows split over data x fsdp devices, so
     moving devices onto the tensor axis (which must divide the head counts) changes it."""
-    from jaxtom.rl.batch import update_rows
 
     rows, s = rollout_rows(config), config.step
     text = text_config(mcfg)
@@ -132,7 +152,6 @@ def less_padding(config, mcfg, sizes) -> dict[str, Any] | None:
 
 def plan_update(config, mcfg, mesh) -> dict[str, Any]:
     """Compiles the Learner's update for one rollout batch; per-device bytes and FLOPs."""
-    import jax
 
     learner, state = abstract_state(config, mcfg, mesh)
     batch = abstract_update_batch(config, mcfg, learner)
@@ -182,12 +201,8 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
       and its KV cache.
     - `update`: the train state after an update, with the rollout batch it was given.
     """
-    import jax.numpy as jnp
-    from flax import nnx
 
-    from jaxtom import parallel
 
-    from jaxtom.sampling.weights import samples_a_copy
 
     mcfg = model_config(config.model) if mcfg is None else mcfg
     loaded = nnx.state(nnx.eval_shape(lambda: new_model(mcfg)))
@@ -244,9 +259,7 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
          processes_inferred: str | None = None) -> dict[str, Any]:
     """Every figure of the plan as a dict (the JSON line). JAX must already see the devices.
     `processes_inferred`: how `processes` was inferred (`infer_processes`), None when given."""
-    import jax
 
-    from jaxtom import parallel
 
     sizes = mesh_sizes(config.mesh, devices)
     n = math.prod(sizes)

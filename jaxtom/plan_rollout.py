@@ -9,8 +9,25 @@ import inspect
 import time
 from typing import Any
 
-from jaxtom.plan_shapes import (PlanError, abstract_model, device_bytes, with_shardings,
-                                xla_flops, xla_memory)
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxtom import parallel
+from jaxtom.ctom import kept_cache
+from jaxtom.flops import inference_flops
+from jaxtom.models.decoder import KVCache
+from jaxtom.plan_shapes import (
+    PlanError,
+    abstract_model,
+    device_bytes,
+    with_shardings,
+    xla_flops,
+    xla_memory,
+)
+from jaxtom.sampling import loop as sampling_loop
+from jaxtom.sampling import sampler
+from jaxtom.sampling.weights import samples_a_copy, sampling_params
 
 
 def sampler_call_rows(config, processes: int = 1) -> int:
@@ -33,7 +50,6 @@ def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
     """One sampler call's sizes as `sampler.generate` pads them: `rows` (real), `batch`
     (bucketed to the batch axes), `prompt_len` (prompts as long as `row_len -
     max_new_tokens`), `buffer_len` and `cache_len` (the KV cache's slots)."""
-    from jaxtom.sampling import sampler
 
     t, bucket = config.trainer, sampler.bucket
     n = sampler_call_rows(config, processes)
@@ -47,12 +63,8 @@ def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
 def abstract_cache(mcfg, mesh, batch: int, cache_len: int):
     """The sampler's KV cache (keys and values) as it is created: sharded by
     `sampling_loop.cache_sharding` over the global mesh."""
-    import jax
-    import jax.numpy as jnp
 
-    from jaxtom.sampling import loop as sampling_loop
 
-    from jaxtom.models.decoder import KVCache
 
     one = jax.ShapeDtypeStruct((mcfg.num_layers, batch, mcfg.num_kv_heads, cache_len,
                                 mcfg.head_dim), jnp.dtype(mcfg.compute_dtype),
@@ -73,17 +85,9 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     temporaries.
     """
 
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
 
-    from jaxtom import parallel
 
-    from jaxtom.sampling import loop as sampling_loop
 
-    from jaxtom.sampling import sampler
-    from jaxtom.models.decoder import KVCache
-    from jaxtom.sampling.weights import samples_a_copy, sampling_params
 
     t = config.trainer
     _, model = abstract_model(config, mcfg)
@@ -160,7 +164,6 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     peak = max(x["peak"] for x in xla.values())
     worst = next(name for name, x in xla.items() if x["peak"] == peak)
     counted = [xla_flops(c) for c in programs.values()]
-    from jaxtom.flops import inference_flops
     return {"rows": B, "prompt_len": T, "cache_len": S, "compile_seconds": seconds,
             "processes": processes, "rows_per_process": -(-shapes["rows"] // processes),
             "rows_per_device": B // (mesh.shape["data"] * mesh.shape["fsdp"]),
@@ -181,6 +184,5 @@ def kept_store_bytes(config, text, mesh, cache_len: int) -> int:
     section = getattr(config, "ctom", None)
     if config.kind != "ctom" or not getattr(section, "reuse_cache", False):
         return 0
-    from jaxtom.ctom import kept_cache
     t = config.trainer
     return kept_cache.device_bytes(text, t.prompts_per_step * t.group_size, cache_len, mesh)

@@ -6,6 +6,23 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxtom import config as jaxtom_config
+from jaxtom import models
+from jaxtom.config import ConfigError
+from jaxtom.gridworld import EnvParams
+from jaxtom.models.config import load_hf_config
+from jaxtom.models.gguf_io import gguf_config
+from jaxtom.models.image_processing import VisionInputs, smart_resize
+from jaxtom.models.vl_config import is_vl_dict, load_vl_config
+from jaxtom.rl.batch import Batch, PredictionBatch
+from jaxtom.rl.step import Learner
 
 GB = 1e9
 GIB = 1024 ** 3
@@ -51,11 +68,7 @@ def padded_rows(rows: int, learner) -> int:
 def model_config(model_section):
     """The decoder's ModelConfig from `<model.path>/config.json` (or the config's own sizes);
     a `VLConfig` (text decoder + vision tower) for a Qwen3-VL config.json."""
-    from pathlib import Path
 
-    from jaxtom import config as jaxtom_config
-    from jaxtom.config import ConfigError
-    from jaxtom.models.config import load_hf_config
 
     param, compute = model_section.param_dtype, model_section.compute_dtype
     m = model_section
@@ -66,14 +79,12 @@ def model_config(model_section):
     if path.suffix == ".gguf":
         import gguf
 
-        from jaxtom.models.gguf_io import gguf_config
         return gguf_config(gguf.GGUFReader(str(path)), dtype=param, compute_dtype=compute)
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise ConfigError("model.path", "a Hugging Face directory holding config.json (only "
                           "config.json is read)", m.path)
     try:
-        from jaxtom.models.vl_config import is_vl_dict, load_vl_config
         if is_vl_dict(json.loads(file.read_text())):
             return load_vl_config(file, dtype=param, compute_dtype=compute)
         return load_hf_config(file, dtype=param, compute_dtype=compute)
@@ -89,8 +100,6 @@ def text_config(mcfg):
 def image_patches(config, vcfg) -> int:
     """Patches of one observation picture of a Qwen3-VL config: the gridworld rendered at
     `mindzero.data.image_cell_size` px per cell, resized as the preprocessing resizes it."""
-    from jaxtom.gridworld import EnvParams
-    from jaxtom.models.image_processing import smart_resize
 
     cell = config.mindzero.data.image_cell_size if config.kind == "mindzero" else 50
     g = EnvParams()
@@ -102,8 +111,6 @@ def image_patches(config, vcfg) -> int:
 # ---- per-device bytes from shardings ----------------------------------------------------
 def device_bytes(tree) -> int:
     """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard)."""
-    import jax
-    import numpy as np
 
     total = 0
     for leaf in jax.tree.leaves(tree):
@@ -113,7 +120,6 @@ def device_bytes(tree) -> int:
 
 
 def with_shardings(shapes, shardings):
-    import jax
     return jax.tree.map(lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
                         shapes, shardings)
 
@@ -139,16 +145,13 @@ def xla_flops(compiled) -> float | None:
 
 def new_model(mcfg):
     """A decoder (or Qwen3-VL model) of `mcfg`, as a checkpoint loads it (no LoRA)."""
-    from jaxtom import models
 
     return (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
             else models.init_decoder(mcfg, seed=0))
 
 
 def abstract_model(config, mcfg):
-    from flax import nnx
 
-    from jaxtom import models
 
     def build():
         model = new_model(mcfg)
@@ -172,10 +175,7 @@ def prediction_rows(config) -> tuple[int, int] | None:
 
 
 def abstract_batch(config, mcfg, rows: int, pad):
-    import jax
-    import jax.numpy as jnp
 
-    from jaxtom.rl.batch import Batch, PredictionBatch
 
     T = config.trainer.row_len
     s = config.step
@@ -190,7 +190,6 @@ def abstract_batch(config, mcfg, rows: int, pad):
                                      target_mask=p_f32)
     images = {}
     if hasattr(mcfg, "vision"):  # one picture per row (`jaxtom.rl.vl_batch`)
-        from jaxtom.models.image_processing import VisionInputs
         v, P = mcfg.vision, image_patches(config, mcfg.vision)
         def sds(*shape, dtype=jnp.int32):
             return jax.ShapeDtypeStruct((rows, 1) + shape, dtype)
@@ -209,9 +208,7 @@ def abstract_batch(config, mcfg, rows: int, pad):
 
 def abstract_state(config, mcfg, mesh):
     """(learner, train state) as `Learner.init_state` makes it, shapes with their shardings."""
-    import jax
 
-    from jaxtom.rl.step import Learner
 
     build, model = abstract_model(config, mcfg)
     learner = Learner(model, config.step, mesh)

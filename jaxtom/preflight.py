@@ -21,6 +21,15 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from jaxtom import storage
+from jaxtom.config import resolve_model_path
+from jaxtom.http_client import HTTPFailure, get_json
+from jaxtom.models.hf_io import open_hf_dir
+
 # the packages a gs:// path needs: etils.epath reads buckets through gcsfs, orbax asks
 # google-cloud-storage about the bucket (pyproject's `gcs` extra; `tpu` and `cuda` include it)
 GCS_MODULES = ("gcsfs", "google.cloud.storage")
@@ -72,7 +81,6 @@ def check_backend(expected: str | None = None) -> Check:
     """The backend JAX runs on and the devices' kind, against `expected` (or against the chips
     the host has: a TPU or GPU host whose JAX fell back to the CPU lacks the accelerator
     build of jaxlib)."""
-    import jax
 
     backend = jax.default_backend()
     kinds = sorted({d.device_kind for d in jax.devices()})
@@ -97,7 +105,6 @@ def check_backend(expected: str | None = None) -> Check:
 def check_mesh(mesh_section) -> Check:
     """The config's mesh against the devices: data x fsdp x tensor must be every device (one
     size may be -1, the devices the others leave)."""
-    import jax
 
     sizes = [mesh_section.data, mesh_section.fsdp, mesh_section.tensor]
     n = jax.device_count()
@@ -121,14 +128,11 @@ def check_mesh(mesh_section) -> Check:
 def check_processes(config, expected: int | None = None) -> Check:
     """How many processes joined (an all-gather of their ids when there are several, so the
     coordination and collectives work), against `expected` and the config's needs."""
-    import jax
-    import numpy as np
 
     n, me = jax.process_count(), jax.process_index()
     local = jax.local_device_count()
     found = f"{n} process(es), this is {me}, {local} device(s) here"
     if n > 1:
-        from jax.experimental import multihost_utils
         got = np.asarray(multihost_utils.process_allgather(np.asarray([me, local], np.int64)))
         got = got.reshape(n, 2)
         if sorted(got[:, 0].tolist()) != list(range(n)):
@@ -153,7 +157,6 @@ def check_processes(config, expected: int | None = None) -> Check:
 def check_workdir(workdir: str) -> Check:
     """`workdir` is writable from here: the directory is created (as a run creates it), a
     probe file written, read back and deleted, all through etils.epath as the run writes."""
-    from jaxtom import storage
 
     try:
         storage.check_shared_workdir(workdir)
@@ -189,7 +192,6 @@ def describe_checkpoint(path: str) -> str:
     OSError naming what is wrong. A .gguf file's magic and version, or a Hugging Face
     directory's config.json and every safetensors header (each tensor's bytes inside its
     file, which finds a truncated download)."""
-    from jaxtom import storage
 
     p = storage.path(path)
     if p.suffix == ".gguf":
@@ -215,7 +217,6 @@ def describe_checkpoint(path: str) -> str:
         hf = json.loads(config_file.read_text())
     except ValueError as err:
         raise ValueError(f"{config_file}: not JSON ({err})") from None
-    from jaxtom.models.hf_io import open_hf_dir
     source = open_hf_dir(p)
     return (f"{path}: config.json ({hf.get('model_type', 'no model_type')}), "
             f"{len(source.names)} tensors, safetensors headers intact")
@@ -223,7 +224,6 @@ def describe_checkpoint(path: str) -> str:
 
 def check_model(path: str, field: str = "model.path") -> Check:
     """The checkpoint a run loads is there and readable (headers only: no weights read)."""
-    from jaxtom.config import resolve_model_path
 
     name = "model" if field == "model.path" else "simulator model"
     if not path:
@@ -253,7 +253,6 @@ def check_simulator(config, timeout_s: float = 5.0) -> list[Check]:
     """A CToM config's user simulator: an HTTP one answers a GET of its `/models` listing
     within `timeout_s` (and serves `ctom.simulator_model` when it lists models); an in-process
     LLM one has a readable checkpoint."""
-    from jaxtom.http_client import HTTPFailure, get_json
 
     s = getattr(config, "ctom", None)
     if s is None:
@@ -279,7 +278,6 @@ def check_simulator(config, timeout_s: float = 5.0) -> list[Check]:
         return [Check("simulator", False, f"{s.simulator_url} serves {served}; expected "
                       f"ctom.simulator_model={s.simulator_model!r} among them")]
     host = urlparse(s.simulator_url).hostname or ""
-    import jax
     note = ("; loopback address: every host talks to its own server"
             if jax.process_count() > 1 and (host == "localhost" or host.startswith("127."))
             else "")

@@ -14,6 +14,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from jaxtom import storage
+from jaxtom.errors import BadInputError, MissingInputError
+
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # Qwen3's special tokens, in id order from 151643.
@@ -82,8 +85,6 @@ class Tokenizer:
     def from_file(cls, path: str | Path, **kwargs) -> "Tokenizer":
         """A `tokenizer.json` (or a directory holding one) or a sentencepiece `.model`;
         local or remote (`gs://...`, read through etils.epath)."""
-        from jaxtom import storage
-        from jaxtom.errors import BadInputError, MissingInputError
         path = storage.path(path)
         if path.is_dir():
             path = path / "tokenizer.json"

@@ -9,8 +9,14 @@ pod slice run it on every worker at once, with the environment the run will have
 
 from __future__ import annotations
 
+import argparse
 import sys
 
+import jax
+
+from jaxtom import preflight
+from jaxtom.commands.train import start_distributed
+from jaxtom.config import ConfigError, load_config
 from jaxtom.preflight import Check
 
 
@@ -20,15 +26,11 @@ def _print(check: Check, prefix: str) -> None:
 
 
 def _prefix() -> str:
-    import jax
     n = jax.process_count()
     return f"[process {jax.process_index()}/{n}] " if n > 1 else ""
 
 
 def run(args) -> int:
-    from jaxtom import preflight
-    from jaxtom.commands.train import start_distributed
-    from jaxtom.config import ConfigError, load_config
 
     checks: list[Check] = []
 
@@ -91,7 +93,6 @@ def add_parser(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     p = argparse.ArgumentParser(prog="jaxtom doctor", description=__doc__.splitlines()[0])
     _arguments(p)
     return run(p.parse_args(argv))

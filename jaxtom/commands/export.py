@@ -24,6 +24,25 @@ import argparse
 import dataclasses
 import json
 
+import jax
+
+from jaxtom import models, parallel, storage
+from jaxtom.commands import train as train_command
+from jaxtom.config import config_from_dict, resolve_model_path
+from jaxtom.ctom.config import CToMSettings
+from jaxtom.ctom.tiny import model_and_tokenizer
+from jaxtom.ctom.train import load_model_and_tokenizer
+from jaxtom.errors import BadInputError, MissingInputError
+from jaxtom.mindzero import trainer as goal_task
+from jaxtom.mindzero.config import MindZeroSection, is_image
+from jaxtom.mindzero.household.config import HouseholdMindZero
+from jaxtom.mindzero.vl_train import build_vl_model
+from jaxtom.models.config import config_to_hf_dict
+from jaxtom.models.orbax_io import restore_params
+from jaxtom.rl.checkpoint import Checkpointer
+from jaxtom.rl.step import Learner
+from jaxtom.tokenizer import Tokenizer
+
 # tokenizer files of a Hugging Face model directory that travel with the weights
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
@@ -47,10 +66,6 @@ def add_parser(subparsers) -> None:
 def run_config(run_dir):
     """The Config RUN_DIR/config.json records, with `trainer.workdir` set to RUN_DIR (the run
     may have moved since, or named itself by a relative path)."""
-    from jaxtom import storage
-    from jaxtom.config import config_from_dict
-    from jaxtom.errors import BadInputError, MissingInputError
-
     file = storage.path(run_dir) / "config.json"
     if not file.exists():
         raise MissingInputError(f"{file}: no such file; expected the config.json a training "
@@ -62,13 +77,9 @@ def run_config(run_dir):
                             "a training command records") from None
     papers = {}
     if isinstance(data, dict) and isinstance(data.get("mindzero"), dict):
-        if "household" in data["mindzero"]:
-            from jaxtom.mindzero.household.config import HouseholdMindZero as section
-        else:
-            from jaxtom.mindzero.config import MindZeroSection as section
-        papers["mindzero"] = section
+        papers["mindzero"] = (HouseholdMindZero if "household" in data["mindzero"]
+                              else MindZeroSection)
     if isinstance(data, dict) and data.get("ctom") is not None:
-        from jaxtom.ctom.config import CToMSettings
         papers["ctom"] = CToMSettings
     config = config_from_dict(data, papers)
     return dataclasses.replace(config, trainer=dataclasses.replace(
@@ -78,40 +89,27 @@ def run_config(run_dir):
 def template_model(config, mesh):
     """The run's model before training (its structure, and LoRA's frozen base weights),
     placed on `mesh`; reads the run's own tokenizer.json, never trains one."""
-    from jaxtom import storage
-    from jaxtom.errors import MissingInputError
-
     run_dir = storage.path(config.trainer.workdir)
     own_tokenizer = run_dir / "tokenizer.json"
     if config.kind != "completion" and not config.model.path and not own_tokenizer.exists():
         raise MissingInputError(f"{own_tokenizer}: no such file; a run of a model trained "
                                 "from scratch keeps its tokenizer there")
     if config.kind == "completion":
-        from jaxtom.commands.train import build_model
-        return build_model(config, mesh)
+        return train_command.build_model(config, mesh)
     if config.kind == "ctom":
         if config.model.path:
-            from jaxtom.ctom.train import load_model_and_tokenizer
             return load_model_and_tokenizer(config, mesh)[0]
-        from jaxtom.ctom.tiny import model_and_tokenizer
         return model_and_tokenizer(config, mesh, warm_up=False)[0]
-    from jaxtom.mindzero.config import is_image
     tokenizer = None if config.model.path else own_tokenizer
     if is_image(config.mindzero.data.observation):
-        from jaxtom.mindzero.vl_train import build_vl_model
         return build_vl_model(config, run_dir, tokenizer_path=tokenizer, mesh=mesh)[0]
-    from jaxtom.mindzero.trainer import build_model
-    return build_model(config, run_dir, tokenizer_path=tokenizer, mesh=mesh)[0]
+    return goal_task.build_model(config, run_dir, tokenizer_path=tokenizer, mesh=mesh)[0]
 
 
 def restore_trainer_checkpoint(model, config, directory, step: int | None, mesh):
     """(model with the trained parameters of `step` (None: the newest), step) from a
     `jaxtom.rl.checkpoint.Checkpointer` directory, restored into the train state the run's
     Learner builds from `model`."""
-    from jaxtom import storage
-    from jaxtom.errors import MissingInputError
-    from jaxtom.rl.checkpoint import Checkpointer
-    from jaxtom.rl.step import Learner
 
     directory = storage.path(directory)
     if not directory.exists():
@@ -137,13 +135,10 @@ def restore_trainer_checkpoint(model, config, directory, step: int | None, mesh)
 def trained_model(config, step: int | None, mesh, model=None):
     """(model, where its parameters came from) of the run in `config.trainer.workdir`;
     `model`: its `template_model` when already built."""
-    from jaxtom import storage
-    from jaxtom.errors import MissingInputError
 
     run_dir = storage.path(config.trainer.workdir)
     model = template_model(config, mesh) if model is None else model
     if config.kind == "mindzero" and step is None:
-        from jaxtom.models.orbax_io import restore_params
         kept = run_dir / "checkpoint"
         if not kept.exists():
             raise MissingInputError(f"{kept}: no such directory; a finished MindZero run "
@@ -159,8 +154,6 @@ def write_tokenizer(config, out) -> list[str]:
     """The run's tokenizer files into `out` (process 0): its own tokenizer.json (a model
     trained from scratch), a model directory's tokenizer files, or a GGUF file's embedded
     tokenizer as tokenizer.json. Returns the names written."""
-    from jaxtom import storage
-    from jaxtom.config import resolve_model_path
 
     run_dir, out = storage.path(config.trainer.workdir), storage.path(out)
     if (run_dir / "tokenizer.json").exists():
@@ -170,7 +163,6 @@ def write_tokenizer(config, out) -> list[str]:
         return []
     source = storage.path(resolve_model_path(config.model.path))
     if source.suffix == ".gguf":
-        from jaxtom.tokenizer import Tokenizer
         storage.save_tokenizer(out / "tokenizer.json", Tokenizer.from_gguf(source).backend)
         return ["tokenizer.json"]
     names = [n for n in TOKENIZER_FILES if (source / n).exists()]
@@ -182,11 +174,7 @@ def write_tokenizer(config, out) -> list[str]:
 def export(run_dir, out, *, step: int | None = None, mesh_sizes=(1, -1, 1)) -> dict:
     """Writes the run in `run_dir` to `out` as a Hugging Face directory; a JSON-able
     summary. Every process of a multi-process launch calls it alike."""
-    import jax
 
-    from jaxtom import models, parallel, storage
-    from jaxtom.errors import BadInputError, MissingInputError
-    from jaxtom.models.config import config_to_hf_dict
 
     if not storage.path(run_dir).is_dir():
         raise MissingInputError(f"{run_dir}: no such run directory; expected a training "
@@ -207,10 +195,7 @@ def export(run_dir, out, *, step: int | None = None, mesh_sizes=(1, -1, 1)) -> d
 
 
 def run(args: argparse.Namespace) -> int:
-    import jax
 
-    from jaxtom.commands.train import start_distributed
-    from jaxtom.errors import BadInputError
 
     try:
         sizes = tuple(int(x) for x in args.mesh.split(","))
@@ -219,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     if len(sizes) != 3:
         raise BadInputError(f"--mesh {args.mesh}: expected three comma-separated sizes "
                             "data,fsdp,tensor (one may be -1)")
-    start_distributed()
+    train_command.start_distributed()
     summary = export(args.run_dir, args.out, step=args.step, mesh_sizes=sizes)
     if jax.process_index() == 0:
         print(json.dumps(summary))

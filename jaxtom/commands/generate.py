@@ -7,6 +7,13 @@ import json
 import time
 from pathlib import Path
 
+import jax
+
+from jaxtom import flops, models, parallel
+from jaxtom import tokenizer as tok
+from jaxtom.commands.generate_vl import run_vl
+from jaxtom.sampling import sampler
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text with a local model",
@@ -33,7 +40,6 @@ def add_parser(subparsers) -> None:
 
 
 def load_tokenizer(model_path: Path, spec: str | None):
-    from jaxtom import tokenizer as tok
 
     if spec == "qwen3":
         return tok.qwen3_tokenizer()
@@ -49,11 +55,8 @@ def load_tokenizer(model_path: Path, spec: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    import jax
 
-    from jaxtom import flops, models, parallel
 
-    from jaxtom.sampling import sampler
 
     path = Path(args.model)
     if (args.prompt is None) == (args.ids is None):
@@ -62,7 +65,6 @@ def run(args: argparse.Namespace) -> int:
     model = models.from_pretrained(path, dtype=args.dtype, mesh=mesh)
     tokenizer = load_tokenizer(path, args.tokenizer)
     if isinstance(model, models.Qwen3VL):
-        from jaxtom.commands.generate_vl import run_vl
         return run_vl(args, model, tokenizer)
     if args.image:
         raise SystemExit(f"--image needs a Qwen3-VL model; {path} is a text-only "

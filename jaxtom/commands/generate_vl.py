@@ -14,6 +14,15 @@ import math
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxtom import flops
+from jaxtom.models.image_processing import smart_resize
+from jaxtom.models.vl_prompts import encode_image_prompt
+from jaxtom.sampling import vl as vl_sampling
+
 
 def load_images(paths) -> list:
     from PIL import Image
@@ -28,14 +37,7 @@ def load_images(paths) -> list:
 
 
 def run_vl(args: argparse.Namespace, model, tokenizer) -> int:
-    import jax
-    import numpy as np
-    from flax import nnx
 
-    from jaxtom import flops
-    from jaxtom.sampling import vl as vl_sampling
-    from jaxtom.models.image_processing import smart_resize
-    from jaxtom.models.vl_prompts import encode_image_prompt
 
     cfg = model.config
     images = load_images(args.image or [])

@@ -18,7 +18,18 @@ import sys
 import time
 from typing import Any
 
-from jaxtom.plan import ACCELERATOR_SPECS, DEFAULT_HEADROOM, accelerator, check_processes, infer_processes, plan
+import jax
+from jax._src import xla_bridge
+
+from jaxtom.config import ConfigError, load_config
+from jaxtom.plan import (
+    ACCELERATOR_SPECS,
+    DEFAULT_HEADROOM,
+    accelerator,
+    check_processes,
+    infer_processes,
+    plan,
+)
 from jaxtom.plan_shapes import GIB, PlanError, mesh_sizes, model_config
 
 
@@ -140,7 +151,6 @@ def _set_device_count(n: int) -> None:
                    os.environ.get("XLA_FLAGS", "")).strip()
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
     os.environ["JAX_PLATFORMS"] = "cpu"
-    import jax  # imported already by the config; its backend has not started yet
 
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", n)
@@ -148,16 +158,13 @@ def _set_device_count(n: int) -> None:
 
 def _jax_ready_for(n: int) -> bool | None:
     """True: JAX already runs on >= n CPU devices; False: initialised otherwise; None: not yet."""
-    from jax._src import xla_bridge
 
     if not xla_bridge.backends_are_initialized():
         return None
-    import jax
     return jax.default_backend() == "cpu" and jax.device_count() >= n
 
 
 def run(args) -> int:
-    from jaxtom.config import ConfigError, load_config
 
     try:
         if not 0 < args.headroom <= 1:

@@ -27,9 +27,12 @@ does nothing at import time. Stdlib only. argv: workdir.
 """
 
 import builtins
+import io
 import json
 import os
 import sys
+
+import numpy as np
 
 RESULT_MARK = "JAXTOM-SANDBOX-RESULT "
 MAX_DEPTH = 64
@@ -133,13 +136,11 @@ def decode(tree, depth: int = 0):
     if tag == "range":
         return range(int(rest[0]), int(rest[1]), int(rest[2]))
     if tag == "npscalar":
-        import numpy as np
         dtype = np.dtype(str(rest[0]))
         if dtype.kind not in _NUMPY_KINDS:
             raise ValueError(f"dtype {dtype} not allowed")
         return dtype.type(decode(rest[1], d))
     if tag == "ndarray":
-        import numpy as np
         dtype = np.dtype(str(rest[0]))
         if dtype.kind not in _NUMPY_KINDS:
             raise ValueError(f"dtype {dtype} not allowed")
@@ -238,7 +239,6 @@ def _tampering(builtins_before: dict, modules_before: dict, unittest_before: dic
 
 
 def main():
-    import io
 
     workdir = os.path.realpath(sys.argv[1])
     with open(os.path.join(workdir, "solution.py")) as f:

@@ -32,10 +32,10 @@ from jaxtom.ctom import protocol as P
 from jaxtom.ctom.data import Task
 from jaxtom.ctom.effort import DomainSettings, combined_reward, domain_settings, effort_cost
 from jaxtom.ctom.prompts import ANSWER_MARKER, system_prompt
+from jaxtom.ctom.sandbox import score_coding
 from jaxtom.ctom.satisfaction import END_SIGNAL, is_satisfied
 from jaxtom.ctom.scoring import rouge_l_f1, score_math
 from jaxtom.ctom.simulators import SimReply, SimRequest, UserSimulator
-
 
 MODES = ("ctom", "direct")
 
@@ -282,8 +282,7 @@ def score_conversation(conv: Conversation, cfg: ControllerConfig, tok,
         conv.score = float(any(score_math(text, task.reference)
                                for role, text in conv.visible if role == "assistant"))
     elif task.domain == "coding":
-        if code_scorer is None:
-            from jaxtom.ctom.sandbox import score_coding as code_scorer
+        code_scorer = code_scorer or score_coding
         conv.score = code_scorer(conv.submission, task.tests or "") if conv.submission else 0.0
     elif task.domain == "packing":
         conv.score = packing.score(conv.submission, task)
@@ -345,9 +344,7 @@ def _mapped_code_scorer(convs: Sequence[Conversation], code_scorer, host_map):
                     if c.failed is None and c.task.domain == "coding" and c.submission})
     if not pairs:
         return code_scorer
-    if code_scorer is None:
-        from jaxtom.ctom.sandbox import score_coding as code_scorer
-    base = code_scorer
+    base = code_scorer or score_coding
     table = dict(zip(pairs, host_map(lambda share: [base(c, t) for c, t in share], pairs)))
     return lambda code, tests: table[(code, tests)]
 

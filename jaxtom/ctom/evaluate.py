@@ -12,15 +12,34 @@ so that runs of several seeds pool (`benchmarks/ctom_tiny.py`)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 
 import jax
 
 from jaxtom import storage
-from jaxtom.ctom import packing
+from jaxtom.ctom import lockstep, packing
 from jaxtom.ctom.controller import ControllerConfig, Conversation, run_conversations
-from jaxtom.ctom.metrics import (action_shares, clustered_mean_sem, conversation_f1,
-                                 math_conversation_f1, self_revision_gain, user_effort)
+from jaxtom.ctom.heldout import heldout_pairs, pair_nll
+from jaxtom.ctom.metrics import (
+    action_shares,
+    clustered_mean_sem,
+    conversation_f1,
+    math_conversation_f1,
+    self_revision_gain,
+    user_effort,
+)
 from jaxtom.ctom.satisfaction import END_SIGNAL
+from jaxtom.ctom.scoring import rouge_l_f1, score_math
+from jaxtom.ctom.task_sets import evaluation_tasks
+from jaxtom.ctom.train import (
+    CToMTrainer,
+    load_ctom_config,
+    make_simulator,
+    policy_and_tokenizer,
+    sampler_policy,
+)
+from jaxtom.rl.checkpoint import Checkpointer
 
 
 def summarize(convs: list[Conversation], tok, disclosure: str = "mismatch") -> dict[str, float]:
@@ -85,7 +104,6 @@ def floor_f1(conv: Conversation, disclosure: str = "mismatch") -> float | None:
 def draft_score(text: str, task) -> float | None:
     """A hidden draft's task score where scoring it is cheap (None: coding, which would run
     the sandbox for every draft)."""
-    from jaxtom.ctom.scoring import rouge_l_f1, score_math
     if task.domain == "packing":
         return packing.score(text, task)
     if task.domain == "math":
@@ -151,9 +169,6 @@ def method_name(config, cfg: ControllerConfig, trained: bool) -> str:
 def evaluate_model(model, tok, config, tasks, cfg: ControllerConfig, pairs) -> tuple[dict, dict]:
     """(table summary, jsonable records) of `model`'s conversations on `tasks` and its NLL on
     the held-out reply pairs."""
-    from jaxtom.ctom import lockstep
-    from jaxtom.ctom.heldout import pair_nll
-    from jaxtom.ctom.train import make_simulator, sampler_policy
     s = config.ctom
     policy = sampler_policy(model, tok, s, temperature=config.trainer.temperature)
     # on several processes every process runs every conversation (jaxtom.ctom.lockstep)
@@ -176,8 +191,6 @@ def evaluate_model(model, tok, config, tasks, cfg: ControllerConfig, pairs) -> t
 def models_to_evaluate(config, tok, start_model, tasks):
     """[(trained?, source, model)]: the run's latest checkpoint (when there is one), and the
     model it started from when that is a warm-up of this run (from-scratch models)."""
-    from jaxtom.ctom.train import CToMTrainer
-    from jaxtom.rl.checkpoint import Checkpointer
     out = []
     ckpt_dir = storage.path(config.trainer.workdir) / "checkpoints"
     if ckpt_dir.exists():
@@ -196,10 +209,6 @@ def models_to_evaluate(config, tok, start_model, tasks):
 
 def run_eval(config_path: str, overrides=()) -> dict[str, dict[str, float]]:
     """Evaluates a CToM run; prints the table and returns {method: summary}."""
-    import json
-    from jaxtom.ctom.heldout import heldout_pairs
-    from jaxtom.ctom.train import load_ctom_config, make_simulator, policy_and_tokenizer, sampler_policy
-    from jaxtom.ctom.task_sets import evaluation_tasks
     config, s = load_ctom_config(config_path, overrides)
     start_model, tok = policy_and_tokenizer(config)
     tasks = evaluation_tasks(s, config.trainer.seed)
@@ -230,7 +239,6 @@ def run_eval(config_path: str, overrides=()) -> dict[str, dict[str, float]]:
 
 
 def _fingerprint(pairs) -> str:
-    import hashlib
     h = hashlib.sha256()
     for c, r in zip(pairs.contexts, pairs.replies):
         h.update(repr((c, r)).encode())

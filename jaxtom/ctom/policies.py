@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import jax
 
 from jaxtom.ctom.kept_cache import KeptCaches
+from jaxtom.sampling.sampler import generate
 
 
 class SamplerPolicy:
@@ -36,7 +37,6 @@ class SamplerPolicy:
                  buffer_len=None) -> list[list[int]]:
         """`conversations` names each row's conversation (its kept cache); `buffer_len` pins
         the output buffer so that phases with different caps share one decode program."""
-        from jaxtom.sampling.sampler import generate
         kw = dict(max_new_tokens=max_new_tokens, temperature=self.temperature,
                   top_p=self.top_p, top_k=self.top_k, stop=list(stop), key=key,
                   tokenizer=self.tokenizer, buffer_len=buffer_len)

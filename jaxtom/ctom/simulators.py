@@ -22,6 +22,7 @@ from typing import Protocol, Sequence
 from jaxtom.ctom import packing
 from jaxtom.ctom.data import Task
 from jaxtom.ctom.prompts import ANSWER_MARKER, SIMULATOR_PROMPTS, fill_template
+from jaxtom.ctom.sandbox import score_coding
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.scoring import extract_boxed, score_math
 from jaxtom.http_client import HTTPFailure, post_json
@@ -180,7 +181,6 @@ class ScriptedSimulator:
         is_code = task.domain == "coding" and "def task_func" in last
         if is_code:
             if self.run_code:
-                from jaxtom.ctom.sandbox import score_coding
                 if score_coding(last, task.tests or "") == 1.0:
                     return "ok"
             return f"That doesn't match what I need: {facts[0]}."

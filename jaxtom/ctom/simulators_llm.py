@@ -16,8 +16,14 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import jax
 
-from jaxtom.ctom.simulators import (SimReply, SimRequest, SimulatorError, reply_from_output,
-                                    simulator_prompt)
+from jaxtom.ctom.simulators import (
+    SimReply,
+    SimRequest,
+    SimulatorError,
+    reply_from_output,
+    simulator_prompt,
+)
+from jaxtom.sampling import sampler
 
 
 @dataclasses.dataclass
@@ -56,9 +62,7 @@ class LLMSimulator:
         if self.batch_size < 1 or self.max_tokens < 1:
             raise ValueError(f"LLMSimulator needs batch_size >= 1 and max_tokens >= 1, got "
                              f"{self.batch_size} and {self.max_tokens}")
-        generate = self.generate_fn
-        if generate is None:
-            from jaxtom.sampling.sampler import generate
+        generate = self.generate_fn or sampler.generate
         key = jax.random.key(seed)
         out: list[SimReply | None] = [None] * len(requests)
         rows: list[tuple[int, list[int]]] = []

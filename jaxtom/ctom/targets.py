@@ -18,6 +18,7 @@ import numpy as np
 from jaxtom.ctom.controller import Conversation
 from jaxtom.ctom.protocol import PREDICTION_END, ChatGlue
 from jaxtom.ctom.simulators import SimRequest, UserSimulator
+from jaxtom.rl import group_advantages, pack_sequences, prediction_batch
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +169,6 @@ def rollout_batch(convs: Sequence[Conversation], groups: Sequence[int],
       prediction_targets = trained + dropped_rows + dropped_failed + dropped_length,
     and truncated_context / truncated_reply count trained targets that were cut.
     """
-    from jaxtom.rl import group_advantages, pack_sequences, prediction_batch
 
     keep = [i for i, c in enumerate(convs) if c.failed is None]
     adv = np.asarray(group_advantages([convs[i].reward for i in keep],

@@ -24,7 +24,11 @@ from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.policies import ScriptedPolicy
 from jaxtom.ctom.prompts import ANSWER_MARKER
 from jaxtom.ctom.simulators import ScriptedSimulator
+from jaxtom.ctom.targets import fit_target, prediction_targets
+from jaxtom.ctom.task_sets import training_tasks
 from jaxtom.ctom.teacher import PackingTeacher
+from jaxtom.models import init_decoder
+from jaxtom.models.orbax_io import restore_params, save_model
 from jaxtom.rl.trainer import Rollout, Trainer
 from jaxtom.tokenizer import Tokenizer
 
@@ -37,7 +41,8 @@ def bpe(texts, vocab_size: int) -> Tokenizer:
     """A byte-level BPE with Qwen3's chat specials; every protocol tag, the answer marker,
     stock phrase, item and cue is one token (with and without a leading space), so a list is
     eight tokens (slot names and items), a need five, and copying an item is copying one token."""
-    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
     tok = HFTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
@@ -108,7 +113,6 @@ def reply_rows(convs, tok, count: int, row_len: int, rng: np.random.Generator,
     They stand in for what a pretrained model brings to CToM and a model from scratch lacks:
     some knowledge of what users reply. The default has none (`ctom.warmup.reply_rows=0`),
     so every method starts from the same label-free model."""
-    from jaxtom.ctom.targets import fit_target, prediction_targets
     targets = prediction_targets(convs, ScriptedSimulator(packing_disclosure=disclosure))
     closing = tok.encode(P.PREDICTION_END)
     out = []
@@ -172,9 +176,6 @@ def model_and_tokenizer(config, mesh=None, *, warm_up: bool = True):
     """(model, tokenizer) of a from-scratch run: the run's tokenizer (trained and saved on
     first use) and a decoder initialised from `trainer.seed + model.seed`, after the format
     warm-up (run and saved on first use; `warm_up=False`: the random decoder)."""
-    from jaxtom.models.orbax_io import restore_params, save_model
-    from jaxtom.models import init_decoder
-    from jaxtom.ctom.task_sets import training_tasks
     run_dir = storage.path(config.trainer.workdir)
     m, seed = config.model, config.trainer.seed + config.model.seed
     tasks = training_tasks(config.ctom, config.trainer.seed)

@@ -15,15 +15,22 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
+from jaxtom import storage
+from jaxtom.config import ConfigError, load_config, resolve_model_path
 from jaxtom.ctom import lockstep
-from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.config import CToMSettings
+from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.policies import SamplerPolicy
 from jaxtom.ctom.simulators import HTTPSimulator, ScriptedSimulator
-from jaxtom.ctom.task_sets import training_tasks
+from jaxtom.ctom.simulators_llm import LLMSimulator
 from jaxtom.ctom.targets import prediction_targets, reply_targets, rollout_batch
+from jaxtom.ctom.task_sets import training_tasks
+from jaxtom.ctom.tiny import model_and_tokenizer
+from jaxtom.errors import BadInputError
+from jaxtom.models import add_lora, from_pretrained
 from jaxtom.rl.batch import bucketed_rows, first_fit_rows
 from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
+from jaxtom.tokenizer import Tokenizer
 
 
 def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):
@@ -31,7 +38,6 @@ def load_ctom_config(path: str | Path, overrides: Sequence[str] = ()):
     `ctom.controller.field=value` overrides set the CToM section (e.g.
     `ctom.controller.mode=direct` for Prompting Base / Naive GRPO, `ctom.controller.w_effort=0`
     for CToM w/o effort)."""
-    from jaxtom.config import ConfigError, load_config
     config = load_config(path, list(overrides))
     if config.ctom is None:
         raise ConfigError(str(path), "a CToM config (a Config with a ctom section)", "none")
@@ -51,7 +57,6 @@ def make_simulator(s: CToMSettings, model=None, tokenizer=None, mesh=None):
                              temperature=s.simulator_temperature,
                              max_tokens=s.simulator_max_tokens)
     if s.simulator == "llm":
-        from jaxtom.ctom.simulators_llm import LLMSimulator
         if model is None:
             if not s.simulator_model:
                 raise ValueError("simulator='llm' needs simulator_model: a .gguf file or an HF "
@@ -67,13 +72,8 @@ def make_simulator(s: CToMSettings, model=None, tokenizer=None, mesh=None):
 
 def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.path",
                               compute_dtype: str | None = None, mesh=None):
-    from jaxtom.config import resolve_model_path
-    from jaxtom.models import from_pretrained
-    from jaxtom.tokenizer import Tokenizer
-    from jaxtom import storage
     path = storage.path(resolve_model_path(str(path)))  # local or gs://
     if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
-        from jaxtom.errors import BadInputError
         raise BadInputError(f"{what}={path} must be a .gguf file or an HF dir with "
                             "tokenizer.json: CToM needs a real tokenizer and chat template")
     model = from_pretrained(path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh)
@@ -83,7 +83,6 @@ def _load_model_and_tokenizer(path: str | Path, dtype: str, what: str = "model.p
 
 def load_model_and_tokenizer(config, mesh=None):
     """The policy and its tokenizer; read straight into its shards on `mesh` when given."""
-    from jaxtom.models import add_lora
     m = config.model
     model, tok = _load_model_and_tokenizer(m.path, m.param_dtype, compute_dtype=m.compute_dtype,
                                            mesh=mesh)
@@ -183,7 +182,6 @@ def policy_and_tokenizer(config, mesh=None):
     """The policy a run starts from: a checkpoint (`model.path`), or a tiny decoder trained
     from scratch after its format warm-up (`jaxtom.ctom.tiny`, `model.path` "")."""
     if not config.model.path:
-        from jaxtom.ctom.tiny import model_and_tokenizer
         return model_and_tokenizer(config, mesh)
     return load_model_and_tokenizer(config, mesh)
 

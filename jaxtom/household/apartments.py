@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 
 from jaxtom.household import catalog
+from jaxtom.household.layout_data import LAYOUTS
 
 TRAIN_APARTMENTS = (0, 1, 2, 4, 5)
 TEST_APARTMENTS = (3, 6)
@@ -241,7 +242,6 @@ def save_layout(apt: Apartment, path) -> None:
 @functools.lru_cache(maxsize=None)
 def apartment(index: int) -> Apartment:
     """Built-in apartment `index` in 0..6."""
-    from jaxtom.household.layout_data import LAYOUTS
     if not 0 <= index < len(LAYOUTS):
         raise ValueError(f"apartment index must be in 0..{len(LAYOUTS) - 1}, got {index}")
     return parse_layout(LAYOUTS[index])

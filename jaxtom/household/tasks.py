@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxtom.household import catalog
+from jaxtom.household import catalog, world
 from jaxtom.household.apartments import Apartment
 from jaxtom.household.goals import Goal
 from jaxtom.household.world import State, initial_state
@@ -133,7 +133,6 @@ def scripted_solution(task: Task, walk_metres: float | None = None) -> list:
     (the solvability check): per needed object, walk to it, open its container, grab it, walk
     to the first target instance, open it, put it. Raises ValueError if the scene lacks
     enough goal objects."""
-    from jaxtom.household import world
     walk = world.WALK_METRES if walk_metres is None else walk_metres
     state = task_state(task)
     apt = task.apartment

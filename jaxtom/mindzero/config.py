@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxtom.config import ConfigError
 from jaxtom.mindzero.reward import RewardConfig
 
 TEACHERS = ("random", "approached", "listed", "lead", "pictured")  # mindzero.data
@@ -135,7 +136,6 @@ class MindZeroSection:
 
     def validate(self, config) -> None:
         """Raises `jaxtom.config.ConfigError` naming the first inconsistent field."""
-        from jaxtom.config import ConfigError
         d, w, r = self.data, self.warmup, self.reward
 
         def check(ok, field, expected, got):

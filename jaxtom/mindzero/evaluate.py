@@ -26,7 +26,7 @@ from jaxtom.eval import metrics
 from jaxtom.gridworld import goal_index, goal_posterior, start_order_prior
 from jaxtom.gridworld.qa import QUESTION_TYPES
 from jaxtom.gridworld.types import EnvParams, goal_pairs
-from jaxtom.mindzero.observation import HostEpisodes, get_observation
+from jaxtom.mindzero.observation import HostEpisodes, approach_order, get_observation
 from jaxtom.mindzero.particles import parse_particles
 from jaxtom.mindzero.policy import Codec, sample_completions
 from jaxtom.models import Decoder
@@ -108,7 +108,6 @@ def listed_order_beliefs(view: HostEpisodes, rows, num_particles: int = 2,
     the first-listed object paired with the next `num_particles` listed, mass split 0.6 / 0.4
     (or evenly beyond two). It shows how much of a model's score the observation's order
     alone gives, so a trained model can be judged against it."""
-    from jaxtom.mindzero.observation import approach_order
     weights = ([1.0] if num_particles == 1 else [0.6, 0.4] if num_particles == 2
                else [1.0 / num_particles] * num_particles)
     beliefs = np.zeros((len(rows), num_objects * (num_objects - 1)))

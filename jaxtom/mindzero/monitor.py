@@ -10,11 +10,14 @@ import jax
 import numpy as np
 
 from jaxtom import storage
+from jaxtom.eval.metrics import goal_scores
+from jaxtom.gridworld import goal_index
 from jaxtom.mindzero import data as data_lib
-from jaxtom.models.orbax_io import restore_params, save_model
-from jaxtom.mindzero.observation import HostEpisodes, get_observation
+from jaxtom.mindzero.evaluate import dense
+from jaxtom.mindzero.observation import HostEpisodes, approach_order, get_observation
 from jaxtom.mindzero.particles import parse_particles
-from jaxtom.mindzero.policy import Codec
+from jaxtom.mindzero.policy import Codec, sample_completions
+from jaxtom.models.orbax_io import restore_params, save_model
 
 
 def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 128):
@@ -22,7 +25,6 @@ def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 12
     accuracy and mean log score of the true goal (queried as the evaluation does, 1% uniform
     mix), and how many distinct completions it gives (1 = it ignores its observation). Labels
     are read only here, for logging; training never sees them."""
-    from jaxtom.mindzero.policy import sample_completions
     d, e_cfg = config.mindzero.data, config.mindzero.eval
     render = get_observation(d.observation)
     rows, true = monitor_rows(config, view, num_rows)
@@ -40,7 +42,6 @@ def heldout_monitor(config, view: HostEpisodes, codec: Codec, num_rows: int = 12
 
 def monitor_rows(config, view: HostEpisodes, num_rows: int):
     """The held-out monitor's fixed sample of (episode, t) and their true goal indices."""
-    from jaxtom.gridworld import goal_index
     records = data_lib.timestep_records(view)
     pick = np.random.default_rng(config.trainer.seed + 11).choice(
         len(records), min(num_rows, len(records)), replace=False)
@@ -54,9 +55,6 @@ def monitor_scores(texts, rows, true, view: HostEpisodes, num_particles: int,
     completions (malformed ones score as the evaluation scores them), and `lead_first`: the
     share whose first hypothesis names the observation's lead (`approach_order`'s first
     object) as object1, the slot a model that reads its observation copies."""
-    from jaxtom.eval.metrics import goal_scores
-    from jaxtom.mindzero.evaluate import dense
-    from jaxtom.mindzero.observation import approach_order
     parsed = [parse_particles(x, view.labels[e], mode="eval", num_particles=num_particles)
               for x, (e, _) in zip(texts, rows)]
     beliefs = np.stack([dense(p, 8) for p in parsed])

@@ -28,7 +28,9 @@ from typing import Callable
 import jax
 import numpy as np
 
+from jaxtom.gridworld import render_rgb
 from jaxtom.gridworld.episodes import EpisodeSet
+from jaxtom.gridworld.simulation import state_at
 from jaxtom.gridworld.text import IMAGE_TOKEN, assistance_prompt, object_label
 from jaxtom.mindzero.config import IMAGE_STYLES, is_image
 from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
@@ -76,7 +78,6 @@ class HostEpisodes:
     def state(self, e: int, t: int):
         """Episode e's EnvState before action index t (what a picture of it shows), with
         NumPy leaves."""
-        from jaxtom.gridworld.simulation import state_at
         self.check_step(e, t)
         if self.host_trees is None:
             self.host_trees = jax.tree.map(np.asarray, (self.episodes.states,
@@ -183,7 +184,6 @@ COMPACT_WORDS = tuple(f" {d}" for d in range(MAX_DISTANCE + 1)) + (" held",)
 
 def figure_observation(view: HostEpisodes, e: int, t: int, num_particles: int,
                        modality: str = "text") -> str:
-    from jaxtom.gridworld.simulation import state_at
     view.check_step(e, t)
     one = lambda tree: jax.tree.map(lambda x: x[e], tree)  # noqa: E731
     initial, traj = one(view.episodes.states), one(view.episodes.trajectories)
@@ -247,7 +247,6 @@ def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50,
     the direction of the path within the CPU budget (benchmarks/README.md, issue 37), and
     the text default reads this evidence as one token too. The trace is the episode's whole
     row of cells under a mask, so every step renders with one program."""
-    from jaxtom.gridworld import render_rgb
     if style not in IMAGE_STYLES:
         raise ValueError(f"image style must be one of {IMAGE_STYLES}, got {style!r}")
     state = view.state(e, t)

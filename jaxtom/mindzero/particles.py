@@ -26,6 +26,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from jaxtom.gridworld.text import object_labels
+from jaxtom.gridworld.types import goal_index
+
 MODES = ("train", "eval")
 DEFAULT_FLOOR = 1e-12
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
@@ -64,7 +67,6 @@ def scene_labels(scene: Any) -> list[str]:
     if isinstance(scene, (list, tuple)) and all(isinstance(s, str) for s in scene):
         return list(scene)
     if hasattr(scene, "obj_color") and hasattr(scene, "obj_shape"):
-        from jaxtom.gridworld.text import object_labels
         return object_labels(scene)
     raise TypeError(f"scene must be a list of 'color shape' labels or an EnvState/Observation, "
                     f"got {type(scene).__name__}")
@@ -224,7 +226,6 @@ def to_arrays(results: Sequence[Particles | ParseFailure], num_objects: int,
               max_particles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Batch parsed results for the jitted reward: goal indices [B, N] (ordered-goal index,
     0 where padded), q [B, N] (0 where padded) and ok [B]."""
-    from jaxtom.gridworld.types import goal_index
     B = len(results)
     goals = np.zeros((B, max_particles), np.int32)
     q = np.zeros((B, max_particles), np.float32)

@@ -25,14 +25,18 @@ import dataclasses
 import jax
 import numpy as np
 
+from jaxtom import flops
 from jaxtom.eval.answers import parse_answer
 from jaxtom.gridworld.qa import Question
-from jaxtom.gridworld.text import qa_prompt
+from jaxtom.gridworld.simulation import state_at
+from jaxtom.gridworld.text import IMAGE_TOKEN, qa_prompt
 from jaxtom.mindzero.observation import HostEpisodes, phase_start
 from jaxtom.mindzero.reward import RewardConfig, qa_reward
+from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
 from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.losses import group_advantages
 from jaxtom.rl.trainer import Rollout, compact_kwargs, completion_rows, sample_rows
+from jaxtom.sampling.sampler import generate
 
 KINDS = {1: "pick", 2: "place", 3: "place_carried"}  # question type -> gridworld.text kind
 COMPACT_KIND = {1: "pick", 2: "place", 3: "carry"}
@@ -101,7 +105,6 @@ COMPACT_QA_WORDS = tuple(f" {w}" for w in ("far", "near", "given", "|")) + tuple
 def figure_question(view: HostEpisodes, q: Question) -> str:
     """Figure 6's question with the Figure 11 transcript (text modality) at the question's
     step."""
-    from jaxtom.gridworld.simulation import state_at
     e = int(q.episode)
     one = lambda tree: jax.tree.map(lambda x: x[e], tree)  # noqa: E731
     initial, traj = one(view.episodes.states), one(view.episodes.trajectories)
@@ -113,8 +116,6 @@ def image_question(view: HostEpisodes, q: Question) -> str:
     """Figure 6's question in its image modality (no transcript: the picture of the state at
     the question's step shows it) with one image placeholder (`vl_qa.VLQAPrompts` expands
     it to the picture's tokens)."""
-    from jaxtom.gridworld.text import IMAGE_TOKEN
-    from jaxtom.models.vl_prompts import IMAGE_PLACEHOLDER
     text = qa_prompt(view.state(int(q.episode), int(q.step)), None, KINDS[q.kind], q.given,
                      q.options, modality="image")
     if text.count(IMAGE_TOKEN) != 1:
@@ -163,7 +164,6 @@ class QAPrompts:
 
     def sample(self, model, index, *, key, row_ids, **kwargs):
         """One sampler call for questions `index` on this process alone (evaluation)."""
-        from jaxtom.sampling.sampler import generate
         return generate(model, [self(i) for i in index], key=key, row_ids=row_ids,
                         **kwargs).sequences()
 
@@ -173,7 +173,6 @@ class QAPrompts:
 
     def tflops_per_token_and_picture(self, model) -> tuple[float, float]:
         """(TFLOPs per token, per picture: none here), appendix A.2."""
-        from jaxtom import flops
         return flops.inference_tflops(flops.active_params(model), 1), 0.0
 
 

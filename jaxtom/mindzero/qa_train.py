@@ -23,18 +23,25 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.gridworld import qa_episodes
 from jaxtom.gridworld.episodes import layout_keys
-from jaxtom.mindzero.config import MindZeroSection
-from jaxtom.mindzero.household.config import HouseholdMindZero
-from jaxtom.mindzero.task import Prepared, Task, register
 from jaxtom.mindzero import qa_eval
 from jaxtom.mindzero import trainer as mz
+from jaxtom.mindzero.config import MindZeroSection
+from jaxtom.mindzero.household.config import HouseholdMindZero
+from jaxtom.mindzero.household.qa_ssrl import HouseholdQA
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.policy import train_bpe
 from jaxtom.mindzero.qa import (
-    COMPACT_QA_WORDS, QAPrompts, QARollout, QAWarmupRollout, parse_answer, question_tasks,
+    COMPACT_QA_WORDS,
+    QAPrompts,
+    QARollout,
+    QAWarmupRollout,
+    parse_answer,
+    question_tasks,
     render_question,
 )
 from jaxtom.mindzero.reward import cumulative_log_likelihoods
+from jaxtom.mindzero.task import Prepared, Task, register
+from jaxtom.mindzero.vl_eval import load_vl_model
 from jaxtom.mindzero.vl_qa import VLQAPrompts
 from jaxtom.mindzero.vl_train import build_vl_model
 from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
@@ -98,7 +105,6 @@ def build_model(config, run_dir: Path, sets=(), mesh=None):
 def load_model(config, checkpoint: str | Path):
     """(model, codec) saved at `checkpoint` by a QA run of either observation."""
     if config.mindzero.data.observation == "image":
-        from jaxtom.mindzero.vl_eval import load_vl_model
         return load_vl_model(config, checkpoint)
     return mz.load_model(config, checkpoint)
 
@@ -148,7 +154,6 @@ def qa_domain(config):
     """The QA domain of `mindzero.data.task`: the gridworld's (`qa`) or the household's
     (`household_qa`)."""
     if config.mindzero.data.task == "household_qa":
-        from jaxtom.mindzero.household.qa_ssrl import HouseholdQA
         return HouseholdQA()
     return GridworldQA()
 

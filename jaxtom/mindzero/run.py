@@ -22,15 +22,16 @@ import jax
 import numpy as np
 
 from jaxtom import storage
+from jaxtom.config import Config
 from jaxtom.eval import metrics
 from jaxtom.gridworld import qa_episodes, simulate
 from jaxtom.gridworld.episodes import layout_keys
 from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.assist import assist
-from jaxtom.config import Config
 from jaxtom.mindzero.config import MindZeroSection, is_image
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.trainer import env_params, episode_params, load_model, make_episodes
+from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
 
 COLUMNS = (("top1", "top-1 goal acc"), ("log_score", "log score (true goal)"),
            ("brier", "Brier"), ("kl_exact", "KL(exact || q)"))
@@ -101,7 +102,6 @@ def run_queries(cfg: Config, checkpoint: str | Path):
     `vl_eval.VLQueries` for a run on image observations (Qwen3-VL reading pictures)."""
     d = cfg.mindzero.data
     if is_image(d.observation):
-        from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
         model, codec = load_vl_model(cfg, checkpoint)
         return VLQueries(model, codec, d.image_cell_size, d.image_style, d.num_particles,
                          d.observation)

@@ -19,32 +19,31 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxtom import storage
+from jaxtom import parallel, storage
+from jaxtom.config import resolve_model_path
 from jaxtom.gridworld import EnvParams, generate_episodes
 from jaxtom.gridworld.episodes import layout_keys, split_params
-from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero import data as data_lib
+from jaxtom.mindzero.data import PromptCache, max_row_len, task_records
+from jaxtom.mindzero.monitor import heldout_monitor
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles, to_arrays
 from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
 from jaxtom.mindzero.reward import cumulative_log_likelihoods, elbo_reward
+from jaxtom.mindzero.task import Prepared
+from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
 from jaxtom.models import add_lora, from_pretrained, init_decoder
+from jaxtom.models.orbax_io import restore_params
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
-from jaxtom.rl.trainer import (Rollout, compact_kwargs, completion_rows, explore_kwargs,
-                               sample_rows)
+from jaxtom.rl.trainer import Rollout, compact_kwargs, completion_rows, explore_kwargs, sample_rows
 from jaxtom.tokenizer import Tokenizer
-from jaxtom.mindzero.data import PromptCache, max_row_len, task_records
-from jaxtom.models.orbax_io import restore_params
-from jaxtom.mindzero.monitor import heldout_monitor
-from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
 
 _elbo = jax.jit(elbo_reward, static_argnames=("cfg",))
 
 
 def make_mesh(config):
     """The update step's mesh from `config.mesh`."""
-    from jaxtom import parallel
     return parallel.run_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
@@ -107,7 +106,6 @@ def build_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=None)
     """(model, codec): a tiny decoder over a BPE trained on generated text (`model.path`
     ""), or a checkpoint (HF directory, .gguf file, or "smollm2"); with `mesh` (a training
     run's) its parameters are created or read straight into their shards there."""
-    from jaxtom.config import resolve_model_path
     m, seed = config.model, config.trainer.seed + config.model.seed
     if not m.path:
         path = storage.path(tokenizer_path or storage.path(run_dir) / "tokenizer.json")

@@ -19,9 +19,12 @@ import numpy as np
 from jaxtom import flops, storage
 from jaxtom.mindzero.observation import IMAGE_OBSERVATIONS, observation_image
 from jaxtom.mindzero.policy import Codec, padded_rows
+from jaxtom.mindzero.vl_train import build_vl_model
 from jaxtom.models import Qwen3VL
 from jaxtom.models.image_processing import preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
+from jaxtom.models.orbax_io import restore_params
+from jaxtom.sampling import vl as vl_sampling
 
 
 @dataclasses.dataclass
@@ -47,7 +50,6 @@ class VLQueries:
         """(completion texts, tokens processed per query) for `rows`, one sampler call; the
         rows are padded to a few batch sizes (copies of the first, dropped), as text
         queries are, so a run compiles a bounded number of programs."""
-        from jaxtom.sampling import vl as vl_sampling
         built = [self.prompt(view, e, t) for e, t in rows]
         ids, pictures = [b[0] for b in built], [[b[1]] for b in built]
         extra = padded_rows(len(ids)) - len(ids)
@@ -76,8 +78,6 @@ class VLQueries:
 
 def load_vl_model(config, checkpoint: str | Path, tokenizer_path=None):
     """(Qwen3VL, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
-    from jaxtom.models.orbax_io import restore_params
-    from jaxtom.mindzero.vl_train import build_vl_model
     checkpoint = storage.absolute(checkpoint)
     tok = tokenizer_path or checkpoint.parent / "tokenizer.json"
     model, codec = build_vl_model(config, checkpoint.parent, tokenizer_path=tok)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxtom import flops
 from jaxtom.mindzero.observation import observation_image
 from jaxtom.mindzero.qa import QAPrompts
+from jaxtom.mindzero.vl_train import generate_vl_rows, global_vl_batch
 from jaxtom.models.image_processing import preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
 from jaxtom.models.vl_config import VLConfig
+from jaxtom.sampling import vl as vl_sampling
 
 
 class VLQAPrompts(QAPrompts):
@@ -53,7 +56,6 @@ class VLQAPrompts(QAPrompts):
     def generate_rows(self, model, index, row_ids, *, key, rows_per_call: int = 0, **kwargs):
         """`rl.distributed.generate_rows` for questions `index` (their pictures rendered on
         every process that samples them)."""
-        from jaxtom.mindzero.vl_train import generate_vl_rows
         return generate_vl_rows(model, [self(i) for i in index], [(int(i),) for i in index],
                                 row_ids, render=self.image, key=key,
                                 num_patches=self.num_patches, rows_per_call=rows_per_call,
@@ -61,7 +63,6 @@ class VLQAPrompts(QAPrompts):
 
     def sample(self, model, index, *, key, row_ids, **kwargs):
         """One sampler call for questions `index` on this process alone (evaluation)."""
-        from jaxtom.sampling import vl as vl_sampling
         return vl_sampling.generate(model, [self(i) for i in index],
                                     [[self.image(i)] for i in index], preprocessed=True,
                                     num_patches=self.num_patches, key=key, row_ids=row_ids,
@@ -69,7 +70,6 @@ class VLQAPrompts(QAPrompts):
 
     def batch(self, rollout, index):
         """The rollout's rows as image+text rows of every process (`vl_train.global_vl_batch`)."""
-        from jaxtom.mindzero.vl_train import global_vl_batch
         if not self.row_len:
             raise ValueError("VLQAPrompts.row_len is not set: the trainer sets it once known")
         return global_vl_batch(rollout, [(int(i),) for i in index], self, self.vl,
@@ -77,7 +77,6 @@ class VLQAPrompts(QAPrompts):
 
     def tflops_per_token_and_picture(self, model) -> tuple[float, float]:
         """(TFLOPs per decoder token, TFLOPs per picture through the vision tower)."""
-        from jaxtom import flops
         cfg = model.config
         return (flops.inference_tflops(flops.active_params(cfg.text), 1),
                 flops.inference_tflops(cfg.vision.num_params(), self.num_patches))

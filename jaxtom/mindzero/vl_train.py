@@ -25,23 +25,24 @@ import jax
 import numpy as np
 
 from jaxtom import storage
-from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero import trainer as text_trainer
-from jaxtom.mindzero.observation import observation_image
 from jaxtom.mindzero.data import PromptCache, task_records
 from jaxtom.mindzero.monitor import monitor_rows, monitor_scores
-from jaxtom.mindzero.observation import HostEpisodes
-from jaxtom.mindzero.reward import cumulative_log_likelihoods
-from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
+from jaxtom.mindzero.observation import HostEpisodes, observation_image
 from jaxtom.mindzero.policy import Codec, load_bpe, train_bpe
+from jaxtom.mindzero.reward import cumulative_log_likelihoods
+from jaxtom.mindzero.task import Prepared
+from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
 from jaxtom.models import Qwen3VL, init_qwen3_vl
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.mrope import expand_image_tokens
 from jaxtom.models.vl_config import VisionConfig, VLConfig
 from jaxtom.models.vl_prompts import IMAGE_PAD, VISION_END, VISION_START
+from jaxtom.rl import distributed
 from jaxtom.rl.trainer import global_rollout, sample_rows
 from jaxtom.rl.vl_batch import vl_rows
+from jaxtom.sampling import vl as vl_sampling
 
 PROBABILITY_MARKER = "0."
 ANSWER_CLOSE = "}]}"  # the end of a Figure 7 answer (`particles.format_particles`)
@@ -146,8 +147,6 @@ def generate_vl_rows(model: Qwen3VL, prompts, image_keys, row_ids, *, render, ke
     keys and prompts are gathered and every process renders what a call samples, so no
     pictures cross hosts. Each row samples from `fold_in(key, row)`, so the tokens do not
     depend on how rows are split into calls or processes."""
-    from jaxtom.sampling import vl as vl_sampling
-    from jaxtom.rl import distributed
     # the text rollouts' prompt floor (`rl.trainer.compact_kwargs`): an image+text call
     # sizes its own prefill by its pictures and prompts (`vl_sampling.prefill_cache`)
     kwargs.pop("min_prompt_len", None)
@@ -177,7 +176,6 @@ def global_vl_batch(rollout, keys: Sequence[tuple[int, int]], prompts: "VLPrompt
     """The rollout's image+text rows of every process, built alike on each (a host
     all-gather of token ids and picture keys; each process renders the pictures itself),
     so the update's rows and PPO mini-batches are those of a single process."""
-    from jaxtom.rl import distributed
     r = global_rollout(rollout)
     everyone = [k for part in distributed.gather_objects(list(keys)) for k in part]
     r.batch = vl_rows(cfg, r.sequences, r.policy_masks, r.advantages, r.group_ids,

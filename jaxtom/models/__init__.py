@@ -22,7 +22,7 @@ from jaxtom.models.hf_io import from_pretrained_hf, open_hf_dir
 from jaxtom.models.hf_io import save_pretrained as _save_pretrained_text
 from jaxtom.models.lora import add_lora, merge_lora
 from jaxtom.models.qwen3_vl import Qwen3VL, init_qwen3_vl
-from jaxtom.models.vl_config import VLConfig, is_vl_dict
+from jaxtom.models.vl_config import VLConfig, is_vl_dict, load_vl_config
 from jaxtom.models.vl_io import from_pretrained_vl, save_pretrained_vl
 
 
@@ -65,7 +65,6 @@ def check_checkpoint(path: str | Path) -> None:
         open_gguf(path)
         return
     if is_vl_dir(path):
-        from jaxtom.models.vl_config import load_vl_config
         load_vl_config(path)
     else:
         load_hf_config(path)

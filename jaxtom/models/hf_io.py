@@ -28,6 +28,7 @@ from jaxtom.errors import BadInputError, MissingInputError
 from jaxtom.models.byte_ranges import Box, box_ranges, read_ranges
 from jaxtom.models.config import ModelConfig, config_to_hf_dict, load_hf_config
 from jaxtom.models.decoder import Decoder
+from jaxtom.models.lora import merge_lora
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "F64": np.float64, "I64": np.int64, "I32": np.int32}
@@ -411,7 +412,6 @@ def save_pretrained(model: Decoder, path, *, max_shard_bytes: int = 4 << 30):
     """Writes config.json + safetensors (sharded with an index when large); LoRA is merged.
     Process 0 writes; every process takes part in gathering one tensor at a time, so no
     host ever holds more than one tensor of the model (see `write_entries`)."""
-    from jaxtom.models.lora import merge_lora
 
     model = merge_lora(model)
     path = storage.path(path)

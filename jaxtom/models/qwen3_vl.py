@@ -24,12 +24,27 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxtom import parallel
 from jaxtom.models.decoder import (
-    HIDDEN_AXES, LOGITS_AXES, UNROLL_MAX_LAYERS, Decoder, KVCache, _write_rows, constrain,
-    layer_forward, rms_norm, rope_inv_freq, token_inputs, uses_remat,
+    HIDDEN_AXES,
+    LOGITS_AXES,
+    UNROLL_MAX_LAYERS,
+    Decoder,
+    KVCache,
+    _write_rows,
+    constrain,
+    layer_forward,
+    rms_norm,
+    rope_inv_freq,
+    token_inputs,
+    uses_remat,
 )
 from jaxtom.models.image_processing import (
-    VisionInputs, as_rgb_uint8, num_image_tokens, preprocess_image, vision_inputs,
+    VisionInputs,
+    as_rgb_uint8,
+    num_image_tokens,
+    preprocess_image,
+    vision_inputs,
 )
 from jaxtom.models.mrope import expand_image_tokens, mrope_cos_sin, rope_index
 from jaxtom.models.vision import VisionTower
@@ -189,7 +204,6 @@ class Qwen3VL(nnx.Module):
 
 def init_qwen3_vl(cfg: VLConfig, seed: int = 0, mesh=None) -> Qwen3VL:
     """A randomly initialised Qwen3-VL, created sharded over `mesh` when given."""
-    from jaxtom import parallel
     return parallel.init_sharded(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed)), mesh)
 
 

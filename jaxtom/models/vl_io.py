@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 
 from jaxtom import storage
 from jaxtom.models import hf_io
+from jaxtom.models.lora import merge_lora
 from jaxtom.models.qwen3_vl import Qwen3VL
 from jaxtom.models.vl_config import VLConfig, load_vl_config, vl_config_to_hf_dict
 
@@ -185,7 +186,6 @@ def save_pretrained_vl(model: Qwen3VL, path):
     """Writes config.json + model.safetensors that transformers loads as
     Qwen3VLForConditionalGeneration (one file; LoRA on the text decoder is merged). Process
     0 writes, one tensor gathered at a time (as `hf_io.save_pretrained`)."""
-    from jaxtom.models.lora import merge_lora
 
     cfg = model.config
     path = storage.path(path)

@@ -10,14 +10,16 @@ do not depend on the number of processes.
 
 from __future__ import annotations
 
+import pickle
 from typing import Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
-from jaxtom.sampling import sampler
 from jaxtom.buckets import power_of_two
 from jaxtom.models.decoder import Decoder
+from jaxtom.sampling import sampler
 
 
 def _multi() -> bool:
@@ -30,7 +32,6 @@ def _allgather(x: np.ndarray) -> np.ndarray:
     `process_allgather` compiles a program per shape: each dimension is zero-padded to a
     power of two for the gather and cut back after, so the few small arrays gathered here
     (counts, metric sums) take a few programs whatever their sizes."""
-    from jax.experimental import multihost_utils
     x = np.asarray(x)
     padded = np.zeros([power_of_two(n) for n in x.shape], x.dtype)
     real = tuple(slice(0, n) for n in x.shape)
@@ -69,7 +70,6 @@ def gather_objects(obj) -> list:
     every step's prompts and completions)."""
     if not _multi():
         return [obj]
-    import pickle
     blob = np.frombuffer(pickle.dumps(obj), np.uint8)
     sizes = _allgather(np.asarray([blob.size], np.int64))[:, 0]
     chunks = -(-int(sizes.max()) // GATHER_CHUNK)

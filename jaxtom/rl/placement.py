@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
@@ -83,7 +84,6 @@ class RowPlacement:
         rows = local_batch.tokens.shape[0]
         prows = 0 if local_batch.prediction is None else local_batch.prediction.tokens.shape[0]
         if nproc > 1:
-            from jax.experimental import multihost_utils
             counts = np.asarray(multihost_utils.process_allgather(np.asarray([rows, prows])))
             rows, prows = (int(c) for c in counts.reshape(-1, 2).max(axis=0))
         total = self.row_split(rows * nproc, multiple_of=nproc)[0]

@@ -24,6 +24,7 @@ import sys
 import threading
 
 import jax
+from jax.experimental import multihost_utils
 
 STOP_EXIT_CODE = 143  # 128 + SIGTERM: what schedulers (SLURM, JobSet) read as "terminated"
 
@@ -90,7 +91,6 @@ class StopSignal:
 
     def requested(self) -> str | None:
         if self.mode == "jax":
-            from jax.experimental import multihost_utils
             if multihost_utils.reached_preemption_sync_point(next(_sync_calls)):
                 return "SIGTERM at JAX's preemption sync point"
             return None

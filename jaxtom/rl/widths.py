@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxtom.rl import logprobs
 from jaxtom.rl.batch import Batch
@@ -27,7 +28,6 @@ def max_scored(*masks) -> int:
         hit = np.logical_or.reduce([p[key] > 0 for p in parts])
         local = max(local, int(hit[:, 1:].sum(axis=1).max(initial=0)))
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         local = int(np.max(multihost_utils.process_allgather(np.asarray([local]))))
     return local
 

@@ -34,6 +34,7 @@ from jaxtom import parallel
 from jaxtom.buckets import bucket
 from jaxtom.models.decoder import CACHE_SEQ_AXIS, Decoder, KVCache
 from jaxtom.sampling import loop
+from jaxtom.sampling.segments import decode_segments
 from jaxtom.sampling.stop_strings import find_stop, stop_tables
 
 
@@ -284,7 +285,6 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
         chunk, inputs = jax.device_put((chunk, inputs), loop.input_shardings(mesh))
     cache, state = prefill(params, cache, chunk, inputs)
     if compact and max_new_tokens > 1:
-        from jaxtom.sampling.segments import decode_segments
         multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
         out = decode_segments(decode, params, cache, state, inputs, n_real=n_real,
                               max_new=max_new_tokens, multiple=multiple, mesh=mesh)

@@ -17,9 +17,9 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxtom import parallel
-
-from jaxtom.sampling import sampler
+from jaxtom.models.image_processing import smart_resize
 from jaxtom.models.qwen3_vl import Qwen3VL, prepare_batch
+from jaxtom.sampling import sampler
 
 _PREFILL: dict[Any, Any] = {}
 # traces of the VL prefill program (tests check that bucketed inputs bound recompilation)
@@ -29,7 +29,6 @@ TRACE_COUNT = {"prefill": 0}
 def image_buckets(images: Sequence[Sequence], cfg) -> tuple[int | None, int | None]:
     """(patches per image, images) padded to geometric buckets (`sampler.bucket`), so that
     prompts with varied image sizes and counts share a few compiled prefill programs."""
-    from jaxtom.models.image_processing import smart_resize
 
     sizes, count = [], 0
     for row in images:

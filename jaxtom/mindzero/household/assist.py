@@ -39,23 +39,50 @@ import math
 from collections import Counter
 from typing import Callable
 
+import jax
 import numpy as np
 
+from jaxtom import flops
 from jaxtom.household import catalog
 from jaxtom.household.episodes import MAX_STEPS, Episode, run_human
 from jaxtom.household.goals import Goal
 from jaxtom.household.helper_beliefs import (
-    Commitment, GnPConfig, Particles, SMCBelief, SMCConfig, gnp_decide, normalise, random_goal,
+    Commitment,
+    GnPConfig,
+    Particles,
+    SMCBelief,
+    SMCConfig,
+    gnp_decide,
+    normalise,
+    random_goal,
 )
 from jaxtom.household.human import (
-    HumanParams, action_distribution, action_probability, initial_belief, sample_action,
+    HumanParams,
+    action_distribution,
+    action_probability,
+    initial_belief,
+    sample_action,
     update_belief,
 )
 from jaxtom.household.tasks import Task, task_state
 from jaxtom.household.world import (
-    HELD, NOBODY, WAIT, Action, ActionError, State, grab, is_done, observe, open_, put, step,
+    HELD,
+    NOBODY,
+    WAIT,
+    Action,
+    ActionError,
+    State,
+    grab,
+    is_done,
+    observe,
+    open_,
+    put,
+    step,
     walk_to,
 )
+from jaxtom.mindzero.household.data import get_observation, goal_support, support_log_prior
+from jaxtom.mindzero.household.particles import parse_particles
+from jaxtom.sampling.sampler import generate
 
 HUMAN, HELPER = 0, 1
 
@@ -156,9 +183,7 @@ class PolicyBelief(ModelBelief):
         self.run_tokens.append(0)
 
     def _generate(self, prompt_ids, call):
-        import jax
 
-        from jaxtom.sampling.sampler import generate
         key = jax.random.fold_in(jax.random.key(self.seed), call)
         out = generate(self.model, [prompt_ids], max_new_tokens=self.max_new_tokens,
                        temperature=self.temperature, key=key, stop=list(self.codec.eos_ids),
@@ -166,8 +191,6 @@ class PolicyBelief(ModelBelief):
         return out.sequences()[0]
 
     def _propose(self, ctx):
-        from jaxtom.mindzero.household.data import get_observation
-        from jaxtom.mindzero.household.particles import parse_particles
         prompt = self.codec.prompt_ids(get_observation(self.observation)(
             ctx.episode(), ctx.t, self.num_particles))
         completion = self.sample(prompt, self.calls)
@@ -182,7 +205,6 @@ class PolicyBelief(ModelBelief):
     def tflops(self):
         if not self.run_tokens or self.model is None:
             return None
-        from jaxtom import flops
         return flops.inference_tflops(flops.active_params(self.model),
                                       float(np.mean(self.run_tokens)))
 
@@ -190,14 +212,12 @@ class PolicyBelief(ModelBelief):
 # --- the goal space and the symbolic likelihood -----------------------------------------------
 def goal_space(apartment) -> list[Goal]:
     """Every goal the task generator can draw in `apartment` (`data.goal_support`, ~660)."""
-    from jaxtom.mindzero.household.data import goal_support  # lazy: data imports grain
     return list(goal_support(apartment))
 
 
 def goal_prior(goals: list[Goal]) -> np.ndarray:
     """The generator's shape on the goal space (`data.support_log_prior`: tasks uniform,
     goals uniform within their task), normalised."""
-    from jaxtom.mindzero.household.data import support_log_prior
     w = np.exp(support_log_prior(goals))
     return w / w.sum()
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from jaxtom.mindzero.reward import RewardConfig
+from jaxtom.config import ConfigError
 from jaxtom.mindzero.config import MindZeroSection
+from jaxtom.mindzero.reward import RewardConfig
 
 LIKELIHOODS = ("symbolic", "llm")
 PRIORS = ("symbolic", "llm", "none")
@@ -65,7 +66,6 @@ class HouseholdMindZero(MindZeroSection):
     household: HouseholdSpec = HouseholdSpec()
 
     def validate(self, config) -> None:
-        from jaxtom.config import ConfigError
         d = self.data
         # the shared checks, on the fields the household shares with the gridworld (its
         # goal particles as the goal task's, its questions as the QA task's)

@@ -38,14 +38,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 from collections import Counter
 from typing import Callable, Sequence
 
 import grain
 import numpy as np
 
-from jaxtom.household import catalog
+from jaxtom.household import catalog, text
+from jaxtom.household.apartments import apartments
+from jaxtom.household.episodes import generate_episodes
 from jaxtom.household.goals import Goal
+from jaxtom.household.helper_beliefs import random_goal
+from jaxtom.household.human import HumanParams
 from jaxtom.mindzero.household.particles import format_particles
 
 TEACHERS = ("approached", "random")
@@ -53,14 +58,11 @@ TEACHERS = ("approached", "random")
 
 # ---- episodes ------------------------------------------------------------------------------
 def human_params(config):
-    from jaxtom.household.human import HumanParams
     return HumanParams(full_observation=config.mindzero.household.observability == "full")
 
 
 def make_episodes(config, split: str) -> list:
     """The run's `train` or `test` episodes (deterministic in `trainer.seed`)."""
-    from jaxtom.household.apartments import apartments
-    from jaxtom.household.episodes import generate_episodes
     d, h = config.mindzero.data, config.mindzero.household
     if split == "train":
         apts, n, offset = h.train_apartments, d.train_episodes, 0
@@ -192,9 +194,7 @@ def particle_schema() -> dict:
 
 def figure_observation(episode, t: int, num_particles: int) -> str:
     """Figure 9's prompt at timestep t (the state where a_{t-1} was taken)."""
-    import json
 
-    from jaxtom.household import text
     if not 1 <= t <= episode.length:
         raise ValueError(f"timestep {t} outside 1..{episode.length}")
     block = text.observation_text(episode, t - 1)
@@ -335,7 +335,6 @@ def teacher_goals(episode, t: int, num_particles: int, rng: np.random.Generator,
     observed goal, its `_variants`, then random perturbations if still short."""
     if teacher not in TEACHERS:
         raise ValueError(f"unknown warm-up teacher {teacher!r}; expected one of {TEACHERS}")
-    from jaxtom.household.helper_beliefs import random_goal
     ev = evidence(episode, t)
     goals: list[Goal] = []
     if teacher == "approached":

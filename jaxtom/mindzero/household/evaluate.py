@@ -26,14 +26,17 @@ import time
 import jax
 import numpy as np
 
-from jaxtom import storage
-from jaxtom import flops
+from jaxtom import flops, storage
 from jaxtom.eval import metrics
+from jaxtom.household.helper_beliefs import random_goal
+from jaxtom.household.symbolic import SymbolicLikelihood
 from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household.evaluate_assist import evaluate_run_assistance
+from jaxtom.mindzero.household.particles import parse_particles
 from jaxtom.mindzero.household.qa_ssrl import evaluate_run_qa
 from jaxtom.mindzero.household.scores import belief_scores, scores_from_mass, top1_share
 from jaxtom.mindzero.household.train import load_model
+from jaxtom.mindzero.policy import sample_completions
 
 COLUMNS = (("log_score", "log score (true goal)"), ("top1", "top-1"),
            ("kl_exact", "KL(exact || q)"))
@@ -41,7 +44,6 @@ COLUMNS = (("log_score", "log score (true goal)"), ("top1", "top-1"),
 
 def exact_posteriors(episodes, rows, params) -> list[np.ndarray]:
     """Exact posterior over each row's goal space after a_0..a_{t-1}."""
-    from jaxtom.household.symbolic import SymbolicLikelihood
     liks: dict[int, SymbolicLikelihood] = {}
     out = []
     for e, t in rows:
@@ -61,7 +63,6 @@ class _Belief:
 
 
 def baseline_beliefs(episodes, rows, exact, num_particles: int, seed: int) -> dict[str, list]:
-    from jaxtom.household.helper_beliefs import random_goal
     rng = np.random.default_rng(seed)
     random_goals = [random_goal(rng) for _ in episodes]
     out = {"random goal": [], "observed goal (teacher heuristic)": [],
@@ -81,8 +82,6 @@ def baseline_beliefs(episodes, rows, exact, num_particles: int, seed: int) -> di
 def model_beliefs(model, codec, episodes, rows, *, observation: str, num_particles: int,
                   max_new_tokens: int, temperature: float, seed: int, chunk: int = 128):
     """(parse results, completions, tokens per query) of a model on every row."""
-    from jaxtom.mindzero.household.particles import parse_particles
-    from jaxtom.mindzero.policy import sample_completions
     render = hd.get_observation(observation)
     parsed, texts, tokens = [], [], []
     for lo in range(0, len(rows), chunk):

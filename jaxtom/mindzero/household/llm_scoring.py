@@ -50,7 +50,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+
+from jaxtom.models.decoder import KVCache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +143,6 @@ class ModelScorer:
     def __init__(self, model, tokenizer, *, chat: bool = False, chat_options: dict | None = None,
                  rows_per_call: int = 32, min_length: int = 32, max_len: int | None = None,
                  share_prefix: bool = True, min_shared: int = 32):
-        import jax
-        from flax import nnx
 
         if rows_per_call < 1 or min_length < 1 or min_shared < 1:
             raise ValueError(f"rows_per_call, min_length and min_shared must be >= 1, got "
@@ -163,7 +166,6 @@ class ModelScorer:
     # jitted bodies: the Python counter increments only while tracing
     def _full_logprobs(self, params, tokens, pred, targets):
         """[R, W] log p(targets | tokens[: pred + 1]) from one full forward."""
-        from flax import nnx
 
         self.compiles += 1
         model = nnx.merge(self.graphdef, params)
@@ -175,10 +177,7 @@ class ModelScorer:
     def _shared_logprobs(self, params, prefix, group, starts, suffix, pred, targets, slots):
         """[R, W] log-probs with each row's prefix (row `group[r]` of `prefix`, `starts[r]`
         tokens long) prefilled once into a KV cache of `slots` slots; `pred` indexes `suffix`."""
-        import jax.numpy as jnp
-        from flax import nnx
 
-        from jaxtom.models.decoder import KVCache
 
         self.compiles += 1
         model = nnx.merge(self.graphdef, params)
@@ -327,15 +326,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def _take_rows(x, pred):
     """x [R, T, D] at positions pred [R, W] -> [R, W, D]."""
-    import jax.numpy as jnp
 
     return jnp.take_along_axis(x, pred[..., None], axis=1)
 
 
 def _gather_logprobs(h, head, targets):
     """log_softmax(h @ head) (or of h itself when head is None) at `targets` [R, W]."""
-    import jax
-    import jax.numpy as jnp
 
     logits = h if head is None else h @ head.astype(h.dtype)
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
-from jaxtom.mindzero.household import qa
-from jaxtom.mindzero.household.qa_answers import parse_answer
+from jaxtom import flops
 from jaxtom.household.text import natural
 from jaxtom.mindzero import qa as mindzero_qa
+from jaxtom.mindzero.household import data as hd
+from jaxtom.mindzero.household import qa
+from jaxtom.mindzero.household.qa_answers import parse_answer
 from jaxtom.mindzero.qa import QARollout as MindZeroQARollout
+from jaxtom.mindzero.qa_eval import answer
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}
 
@@ -81,7 +85,6 @@ def answer_questions(model, codec, prompts: QAPrompts, *, max_new_tokens: int, k
                      temperature: float = 0.0, top_p: float = 1.0, rows_per_call: int = 256):
     """(choices [Q] in {0, 1, -1}, texts, tokens per question) of `model` (the gridworld's
     `qa_eval.answer` with the household's parser)."""
-    from jaxtom.mindzero.qa_eval import answer
     return answer(model, codec, prompts, max_new_tokens=max_new_tokens, key=key,
                   temperature=temperature, top_p=top_p, rows_per_call=rows_per_call,
                   parse=parse_answer)
@@ -91,7 +94,6 @@ def evaluate_model(models: dict, observation: str, episodes, questions, *,
                    max_new_tokens: int, key, seed: int = 0, sampled: bool = True) -> dict:
     """Table 4b: for each `name -> (model, codec)`, greedy (and sampled) accuracy per type
     with TFLOPs per question (2 x active parameters x tokens), then the model-free rows."""
-    from jaxtom import flops
     tables = {}
     for name, (model, codec) in models.items():
         prompts = QAPrompts(observation, codec, episodes, questions)
@@ -113,7 +115,6 @@ def evaluate_run_qa(cfg, models: dict, test) -> dict:
     `models` (name -> (model, codec)) answering itself (`evaluate_model`, the run's
     `data.observation` form), beside the planner's own belief, the reward's choice and a random
     answerer."""
-    import jax
 
     n = cfg.mindzero.eval.qa_episodes
     if not n:
@@ -152,7 +153,6 @@ class HouseholdQA:
     parse = staticmethod(parse_answer)
 
     def sets(self, config) -> tuple[HouseholdQASet, HouseholdQASet]:
-        from jaxtom.mindzero.household import data as hd
         seed = config.trainer.seed + config.mindzero.household.seed_offset
         out = []
         for split, offset in (("train", 0), ("test", 1)):

@@ -35,15 +35,26 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from flax import nnx
 
 from jaxtom import storage
-from jaxtom.mindzero.task import Prepared
+from jaxtom.household import text
+from jaxtom.household.symbolic import SymbolicLikelihood, log_prior
+from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household import reward as hr
+from jaxtom.mindzero.household.llm_prompts import (
+    LikelihoodContext,
+    LikelihoodQuery,
+    llm_log_likelihood,
+    llm_log_prior,
+)
+from jaxtom.mindzero.household.llm_scoring import CachedScorer, ModelScorer
+from jaxtom.mindzero.household.llm_scoring_http import HTTPScorer
 from jaxtom.mindzero.household.particles import parse_particles, to_arrays
 from jaxtom.mindzero.household.scores import belief_scores
-from jaxtom.mindzero import trainer as mz
-from jaxtom.mindzero.policy import Codec, train_bpe
+from jaxtom.mindzero.policy import Codec, sample_completions, train_bpe
+from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero.warmup import teacher_rollout
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
@@ -89,7 +100,6 @@ def build_model(config, run_dir: Path, episode_sets=(), mesh=None):
 def load_model(config, checkpoint):
     """(model, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
     import orbax.checkpoint as ocp
-    from flax import nnx
     checkpoint = storage.absolute(checkpoint)
     model, codec = build_model(config, checkpoint.parent)
     graphdef, abstract = nnx.split(model)
@@ -132,8 +142,6 @@ def teacher_budget(config, codec: Codec, episodes, samples: int = 256) -> int:
 def option_scorer(config, model=None, codec: Codec | None = None):
     """The LLM estimators' scorer (cached): an HTTP server, or `model` (the policy's frozen
     starting weights) through its tokenizer."""
-    from jaxtom.mindzero.household.llm_scoring import CachedScorer, ModelScorer
-    from jaxtom.mindzero.household.llm_scoring_http import HTTPScorer
     h = config.mindzero.household
     if h.scorer == "http":
         if not h.url():
@@ -163,7 +171,6 @@ class RewardTerms:
         self._symbolic: dict[int, object] = {}
 
     def symbolic(self, e: int):
-        from jaxtom.household.symbolic import SymbolicLikelihood
         if e not in self._symbolic:
             self._symbolic[e] = SymbolicLikelihood(self.episodes[e], self.params)
         return self._symbolic[e]
@@ -187,7 +194,6 @@ class RewardTerms:
                     best = max(ll[b, :len(goals[b])].max() for b in np.flatnonzero(rows))
                     ll[rows] -= best
         else:
-            from jaxtom.mindzero.household.llm_prompts import LikelihoodQuery, llm_log_likelihood
             contexts = {}
             queries = []
             for b, _, g in flat:
@@ -200,11 +206,9 @@ class RewardTerms:
             for (b, i, _), s in zip(flat, scores):
                 ll[b, i] = s
         if self.prior == "symbolic":
-            from jaxtom.household.symbolic import log_prior
             for b, i, g in flat:
                 lp[b, i] = log_prior(g, self.episodes[int(episode[b])].apartment)
         elif self.prior == "llm":
-            from jaxtom.mindzero.household.llm_prompts import llm_log_prior
             scores = llm_log_prior(self.scorer, [g for _, _, g in flat],
                                    option_prefix=self.prefix)
             for (b, i, _), s in zip(flat, scores):
@@ -215,8 +219,6 @@ class RewardTerms:
 def all_time_context(episode, t: int):
     """The public reward's all-time likelihood question at t: the initial state, the key
     actions a_0..a_{t-1}, no separate next action."""
-    from jaxtom.household import text
-    from jaxtom.mindzero.household.llm_prompts import LikelihoodContext
     s0 = episode.states[0]
     return LikelihoodContext(state=text.apartment_text(s0) + "\n" + text.agent_text(s0),
                              history=tuple(text.key_actions(episode.states, episode.actions, t)),
@@ -315,7 +317,6 @@ def heldout_monitor(config, codec: Codec, episodes, num_rows: int | None = None)
     """An eval hook: greedy completions on a fixed sample of held-out (episode, t); mean log
     score of the true goal (1% uniform over the generator's goal space), top-1, well-formed
     share and distinct completions. Labels are read here only, for logging."""
-    from jaxtom.mindzero.policy import sample_completions
     d = config.mindzero.data
     num_rows = num_rows or config.mindzero.household.monitor_rows
     records = hd.timestep_records(episodes, 1, config.mindzero.household.after_first_key_action)
