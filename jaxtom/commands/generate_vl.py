@@ -17,6 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from flax import nnx
+from PIL import Image
 
 from jaxtom import flops
 from jaxtom.models.image_processing import smart_resize
@@ -25,7 +26,6 @@ from jaxtom.sampling import vl as vl_sampling
 
 
 def load_images(paths) -> list:
-    from PIL import Image
 
     images = []
     for p in paths:

@@ -202,7 +202,7 @@ def _unittest_snapshot() -> dict:
     The worker imports unittest itself before the submission runs (scipy.stats and
     matplotlib.pyplot import it too, so importing it cannot count as tampering); patching
     it afterwards is what the check looks for."""
-    import unittest
+    import unittest  # inside the sandboxed child only
     snap = {"unittest": dict(vars(unittest))}
     for name in _WATCHED:
         cls = getattr(unittest, name, None)

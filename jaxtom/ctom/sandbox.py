@@ -115,7 +115,7 @@ def _user_process_count() -> int:
 
 def _limits_preexec(limits: SandboxLimits, nproc: int):
     def apply():
-        import resource
+        import resource  # inside the sandboxed child only (POSIX limits)
         mem = limits.memory_mb * 2 ** 20
         cpu = int(limits.timeout_s) + 1
         for lim, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
@@ -135,7 +135,7 @@ class SubmissionDied(BaseException):
 
 def _raise_decoded(mro: list[str], message: str):
     """Re-raises the worker's exception as its nearest builtin Exception class."""
-    import builtins
+    import builtins  # inside the sandboxed child only
     base = Exception
     for name in mro:
         cls = getattr(builtins, str(name), None)

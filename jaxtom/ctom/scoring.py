@@ -50,7 +50,7 @@ def normalise_answer(ans: str) -> str:
 
 def _math_verify_equal(a: str, b: str) -> bool | None:
     try:
-        from math_verify import parse, verify
+        from math_verify import parse, verify  # heavy (sympy): only math answers need it
     except ImportError:
         return None
     # math-verify's timeouts use SIGALRM, which only works on the main thread
@@ -66,7 +66,7 @@ def _math_verify_equal(a: str, b: str) -> bool | None:
 
 
 def _sympy_equal(a: str, b: str) -> bool:
-    import sympy
+    import sympy  # heavy: only math answers need it
     try:
         ea = sympy.sympify(_latex_lite(a))
         eb = sympy.sympify(_latex_lite(b))

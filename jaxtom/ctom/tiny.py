@@ -16,6 +16,9 @@ import dataclasses
 
 import jax
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, pre_tokenizers, trainers
+from tokenizers import models as token_models
 
 from jaxtom import storage
 from jaxtom.ctom import packing
@@ -41,9 +44,7 @@ def bpe(texts, vocab_size: int) -> Tokenizer:
     """A byte-level BPE with Qwen3's chat specials; every protocol tag, the answer marker,
     stock phrase, item and cue is one token (with and without a leading space), so a list is
     eight tokens (slot names and items), a need five, and copying an item is copying one token."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-    tok = HFTokenizer(models.BPE())
+    tok = HFTokenizer(token_models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),

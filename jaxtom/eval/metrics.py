@@ -89,9 +89,9 @@ def accuracy_by_progress(progress, correct, bins: int = 10) -> tuple[np.ndarray,
 
 def plot_accuracy_by_progress(curves: dict[str, tuple], path, title: str = "") -> None:
     """PNG of goal accuracy vs task progress, one line per method (Figure 5a)."""
-    import matplotlib
+    import matplotlib  # heavy: only the plots need it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only the plots need it
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name, (x, y) in curves.items():
         ax.plot(x, y, marker="o", lw=2.5 if name.startswith("MindZero") else 1.2,

@@ -22,6 +22,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+from PIL import Image
 
 from jaxtom.gridworld.types import COLORS, SHAPES
 
@@ -289,7 +290,6 @@ def _as_image(image, name: str = "image") -> np.ndarray:
 
 def save_png(image, path: str | os.PathLike) -> str:
     """Write one rendered image (uint8 [h, w, 3]) as a PNG file; returns the path."""
-    from PIL import Image
 
     Image.fromarray(_as_image(image)).save(path, format="PNG")
     return os.fspath(path)
@@ -297,7 +297,6 @@ def save_png(image, path: str | os.PathLike) -> str:
 
 def save_gif(frames, path: str | os.PathLike, duration_ms: int = 250) -> str:
     """Write frames (uint8 [N, h, w, 3] or a list of images) as a looping animated GIF."""
-    from PIL import Image
 
     if duration_ms <= 0:
         raise ValueError(f"duration_ms must be > 0, got {duration_ms}")

@@ -16,6 +16,9 @@ from typing import Sequence
 
 import jax
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, pre_tokenizers, trainers
+from tokenizers import models as token_models
 
 from jaxtom.gridworld.types import COLORS, SHAPES
 from jaxtom.mindzero.observation import COMPACT_WORDS
@@ -29,9 +32,8 @@ PAD, EOS, SEP = "<pad>", "<eos>", "<sep>"
 def train_bpe(texts: Sequence[str], vocab_size: int, path: str | Path | None = None) -> Tokenizer:
     """A byte-level BPE trained on `texts` (offline), with <pad>=0, <eos>, <sep> specials and
     every colour and shape word as one added token."""
-    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = HFTokenizer(models.BPE())
+    tok = HFTokenizer(token_models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, EOS, SEP],

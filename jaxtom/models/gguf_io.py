@@ -82,7 +82,7 @@ def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def read_gguf_tensors(reader, cfg: ModelConfig) -> dict[str, np.ndarray]:
     """All tensors, dequantized to float32 and renamed to Hugging Face names."""
-    from gguf import quants
+    from gguf import quants  # only GGUF checkpoints need it
 
     out = {}
     for t in reader.tensors:
@@ -105,7 +105,7 @@ def read_gguf_tensors(reader, cfg: ModelConfig) -> dict[str, np.ndarray]:
 def open_gguf(path: str | Path):
     """A `gguf.GGUFReader` of `path` (its header parsed, tensors memory-mapped), or one
     error naming the file when it is missing or cut short."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # only GGUF checkpoints need it
 
     path = Path(path)
     if not path.is_file():

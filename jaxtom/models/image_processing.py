@@ -17,6 +17,7 @@ import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
+from PIL import Image
 
 from jaxtom.models.vl_config import VisionConfig
 
@@ -52,7 +53,6 @@ def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int = MI
 
 def as_rgb_uint8(image) -> np.ndarray:
     """A PIL image or a uint8 [H, W, 3] array (e.g. `gridworld.render_rgb`) as uint8 HWC."""
-    from PIL import Image
 
     if isinstance(image, Image.Image):
         return np.asarray(image.convert("RGB"))
@@ -71,7 +71,6 @@ def preprocess_image(image, cfg: VisionConfig, *, min_pixels: int | None = None,
     Patches come in merge-block order (block row, block col, row in block, col in block), the
     order the tower's 2x2 merger and the text's image tokens expect.
     """
-    from PIL import Image
 
     rgb = as_rgb_uint8(image)
     m, p = cfg.spatial_merge_size, cfg.patch_size

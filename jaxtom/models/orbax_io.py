@@ -13,7 +13,7 @@ from jaxtom import storage
 def save_model(model, path):
     """Orbax checkpoint of the model's parameters (restore with `load_model`); local or
     `gs://...`."""
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # heavy: only checkpoint reads and writes need it
     path = storage.absolute(path)
     ckpt = ocp.StandardCheckpointer()
     ckpt.save(path, nnx.state(model), force=True)
@@ -23,7 +23,7 @@ def save_model(model, path):
 
 def restore_params(model, checkpoint: Path):
     """`model` with the parameters saved by `save_model` at `checkpoint`."""
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # heavy: only checkpoint reads and writes need it
     graphdef, abstract = nnx.split(model)
     restored = ocp.StandardCheckpointer().restore(storage.absolute(checkpoint), abstract)
     return nnx.merge(graphdef, restored)

@@ -18,7 +18,7 @@ TINY_DEFAULTS: dict[str, Any] = dict(
 
 def tiny_hf_config(family: str, **overrides):
     """A transformers config for a small Qwen3 or Llama model; overrides win."""
-    from transformers import LlamaConfig, Qwen3Config
+    from transformers import LlamaConfig, Qwen3Config  # heavy: tests and parity only
 
     classes = {"qwen3": Qwen3Config, "llama": LlamaConfig}
     if family not in classes:
@@ -29,8 +29,8 @@ def tiny_hf_config(family: str, **overrides):
 
 def save_tiny_hf(path: str | Path, family: str = "qwen3", *, seed: int = 0, **overrides):
     """Builds a random transformers model, saves it with `save_pretrained`, returns it."""
-    import torch
-    from transformers import LlamaForCausalLM, Qwen3ForCausalLM
+    import torch  # test extra: parity oracles only
+    from transformers import LlamaForCausalLM, Qwen3ForCausalLM  # heavy: tests and parity only
 
     config = tiny_hf_config(family, **overrides)
     torch.manual_seed(seed)

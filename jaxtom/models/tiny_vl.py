@@ -26,7 +26,7 @@ TINY_VL_VISION: dict[str, Any] = dict(
 
 
 def tiny_vl_hf_config(text: dict | None = None, vision: dict | None = None, **overrides):
-    from transformers import Qwen3VLConfig
+    from transformers import Qwen3VLConfig  # heavy: tests and parity only
 
     return Qwen3VLConfig(text_config={**TINY_VL_TEXT, **(text or {})},
                          vision_config={**TINY_VL_VISION, **(vision or {})},
@@ -40,8 +40,8 @@ def save_tiny_vl_hf(path: str | Path, *, seed: int = 0, text: dict | None = None
     Biases and LayerNorm parameters, which transformers initialises to 0/1, are randomised
     so that loading them in the wrong place shows in the logits.
     """
-    import torch
-    from transformers import Qwen3VLForConditionalGeneration
+    import torch  # test extra: parity oracles only
+    from transformers import Qwen3VLForConditionalGeneration  # heavy: tests and parity only
 
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(tiny_vl_hf_config(text, vision, **overrides)).eval()

@@ -63,7 +63,7 @@ class _EpathEventFactory:
 
 def summary_writer(logdir):
     """A tensorboardX SummaryWriter whose event files are written through epath."""
-    from tensorboardX import SummaryWriter, record_writer
+    from tensorboardX import SummaryWriter, record_writer  # heavy: only logging runs use it
 
     record_writer.register_writer_factory(_SCHEME, _EpathEventFactory())
     return SummaryWriter(f"{_SCHEME}:{logdir}")

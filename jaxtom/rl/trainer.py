@@ -25,14 +25,22 @@ from typing import Any, Callable, Protocol, Sequence
 import grain
 import jax
 import numpy as np
+from tqdm import tqdm
 
 from jaxtom import storage
 from jaxtom.buckets import bucket
 from jaxtom.models.decoder import Decoder
 from jaxtom.rl import distributed
-from jaxtom.rl.batch import (Batch, bucketed_rows, family_length, first_fit_rows,
-                             pack_sequences, pack_shared_prompts, shared_pieces,
-                             shared_prompt_families)
+from jaxtom.rl.batch import (
+    Batch,
+    bucketed_rows,
+    family_length,
+    first_fit_rows,
+    pack_sequences,
+    pack_shared_prompts,
+    shared_pieces,
+    shared_prompt_families,
+)
 from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
@@ -358,7 +366,6 @@ class Trainer:
         start = int(state.step)
         bar = None
         if cfg.progress and jax.process_index() == 0 and start < cfg.total_steps:
-            from tqdm import tqdm
             bar = tqdm(total=cfg.total_steps, initial=start, desc=self.desc,
                        dynamic_ncols=True, mininterval=1.0)
         stopped = None  # (step, what asked for the stop)

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from flax import nnx
 
 from jaxtom import storage
 from jaxtom.household import text
@@ -53,6 +52,7 @@ from jaxtom.mindzero.household.llm_scoring import CachedScorer, ModelScorer
 from jaxtom.mindzero.household.llm_scoring_http import HTTPScorer
 from jaxtom.mindzero.household.particles import parse_particles, to_arrays
 from jaxtom.mindzero.household.scores import belief_scores
+from jaxtom.models.orbax_io import restore_params
 from jaxtom.mindzero.policy import Codec, sample_completions, train_bpe
 from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero.warmup import teacher_rollout
@@ -99,12 +99,9 @@ def build_model(config, run_dir: Path, episode_sets=(), mesh=None):
 
 def load_model(config, checkpoint):
     """(model, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
-    import orbax.checkpoint as ocp
     checkpoint = storage.absolute(checkpoint)
     model, codec = build_model(config, checkpoint.parent)
-    graphdef, abstract = nnx.split(model)
-    restored = ocp.StandardCheckpointer().restore(checkpoint, abstract)
-    return nnx.merge(graphdef, restored), codec
+    return restore_params(model, checkpoint), codec
 
 
 class Prompts:
