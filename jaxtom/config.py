@@ -108,7 +108,7 @@ class Config:
     trainer: TrainerConfig = TrainerConfig()
     mesh: MeshSection = MeshSection()
     mindzero: Any = None  # jaxtom.mindzero.config.MindZeroSection
-    ctom: Any = None  # jaxtom.ctom.settings.CToMSettings
+    ctom: Any = None  # jaxtom.ctom.train.CToMSettings
 
     @property
     def kind(self) -> str:

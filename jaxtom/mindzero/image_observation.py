@@ -58,9 +58,9 @@ def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50,
     cell the human stood on before actions 0..t marked (its trajectory so far), drawn in
     `style`: the paper's "figure" or flat "cells" (`gridworld.render_rgb`), or
     "cells_ranked", the cells with `ranked_partner`'s object outlined. That outline is the
-    picture's `compact_ranked`: a from-scratch tower did not learn to read the partner from
-    the direction of the path within the CPU budget (benchmarks/README.md, issue 37), and
-    the text default reads this evidence as one token too. The trace is the episode's whole
+    picture's `compact_ranked`: a from-scratch tower does not learn to read the partner from
+    the direction of the path within the CPU budget, and the text default reads this
+    evidence as one token too. The trace is the episode's whole
     row of cells under a mask, so every step renders with one program."""
     from jaxtom.gridworld import render_rgb
     if style not in IMAGE_STYLES:

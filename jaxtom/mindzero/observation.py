@@ -42,8 +42,8 @@ class HostEpisodes:
     length: np.ndarray  # [E]
     goal: np.ndarray  # [E, 2] (for evaluation only; never shown to the model)
     # (states, trajectories) as NumPy trees, copied off the device on the first `state`
-    # call: indexing the device arrays leaf by leaf for every prompt and picture took about
-    # half of an image warm-up step (eager dispatch per leaf; issue 37)
+    # call: indexing the device arrays leaf by leaf for every prompt and picture costs an
+    # eager dispatch per leaf
     host_trees: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -134,9 +134,8 @@ def partner_ranks(view, e: int, t: int, order: list[int]) -> list[str]:
     nearest-first rule allows it and this one not, or it has the larger closing count), `|`
     otherwise (a tie on evidence, ordered by label only, or no object carried).
     In the carry phase the human's path is the only evidence about the partner, and whether it
-    has separated the first listed partner from the second is then this one token (measured on
-    the CPU default's held-out episodes: where it has, the exact posterior puts all its mass on
-    the first listed pair)."""
+    has separated the first listed partner from the second is then this one token (where it
+    has, the exact posterior puts nearly all its mass on the first listed pair)."""
     if int(view.holding[e, t]) < 0:
         return ["|"] * (len(order) - 1)
     closing = closing_counts(view, e, t)

@@ -62,8 +62,8 @@ class TrainerConfig:
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     # decode in segments that drop finished rows and attend over the cache slots in use
     # (`sampling.generate(compact=True)`): a ragged batch (completions of 16-512 tokens) then
-    # costs its rows' own lengths, 1.9x fewer decode steps at the papers' lengths
-    # (benchmarks/sampling_ragged.py). The same tokens, logits equal to float32 rounding;
+    # costs its rows' own lengths rather than the longest row's for every row. The same
+    # tokens, logits equal to float32 rounding;
     # off in the CPU defaults, whose fixed-format completions barely differ in length
     compact_rows: bool = False
     row_len: int = 64  # tokens per packed row
