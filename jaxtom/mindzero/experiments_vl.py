@@ -65,7 +65,7 @@ def tiny_vl_config() -> Config:
 
 def cpu_vl_config() -> Config:
     """The CPU image default: a from-scratch Qwen3-VL that reads the grid and is trained by
-    SSRL within the CPU budget (about 15 minutes on 2 cores).
+    SSRL within the CPU budget.
 
     The picture is the flat cells at 32 px (`image_style="cells_ranked"`: the partner the
     human's path has ranked ahead is outlined, the picture's version of the text default's
