@@ -76,7 +76,7 @@ def history_is_reencoding(conv, tok, cfg) -> bool:
 
 
 def main(argv=None) -> dict:
-    from jaxtom import sampling
+    from jaxtom.sampling import loop as sampling_loop
     from jaxtom.ctom.controller import ControllerConfig, run_conversations
     from jaxtom.ctom.data import builtin_tasks
     from jaxtom.ctom.policies import SamplerPolicy
@@ -124,11 +124,11 @@ def main(argv=None) -> dict:
     for domain in tasks:
         first = {}
         for side in sides:
-            before = dict(sampling.TRACE_COUNT)
+            before = dict(sampling_loop.TRACE_COUNT)
             compiling, start = _compile_s[0], time.perf_counter()
             first[side] = run(side, domain)
             result[f"{domain}_{side}_compiles"] = {
-                k: sampling.TRACE_COUNT[k] - before[k] for k in before}
+                k: sampling_loop.TRACE_COUNT[k] - before[k] for k in before}
             result[f"{domain}_{side}_compile_s"] = round(_compile_s[0] - compiling, 2)
             result[f"{domain}_{side}_first_wall_s"] = round(time.perf_counter() - start, 2)
         times = {side: [first[side][2] / n] if not args.repeats else [] for side in sides}

@@ -33,8 +33,8 @@ from jaxtom.ctom import lockstep
 from jaxtom.ctom import packing as PK
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.evaluate import method_name, models_to_evaluate
-from jaxtom.ctom.train import (evaluation_tasks, load_ctom_config, make_simulator,
-                               policy_and_tokenizer, sampler_policy)
+from jaxtom.ctom.train import load_ctom_config, make_simulator, policy_and_tokenizer, sampler_policy
+from jaxtom.ctom.task_sets import evaluation_tasks
 try:
     from benchmarks.provenance import Run
 except ImportError:  # run as a script: benchmarks/ is on sys.path

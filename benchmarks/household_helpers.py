@@ -19,10 +19,11 @@ import time
 
 import numpy as np
 
-from jaxtom.household import assist, qa
+from jaxtom.mindzero.household import assist
+from jaxtom.mindzero.household import qa
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
-from jaxtom.household.evaluate_assist import evaluate_helpers, markdown, paired_margin
+from jaxtom.mindzero.household.evaluate_assist import evaluate_helpers, markdown, paired_margin
 from jaxtom.household.human import HumanParams
 try:
     from benchmarks.provenance import Run

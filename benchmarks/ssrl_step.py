@@ -38,7 +38,7 @@ import numpy as np
 from flax import nnx
 
 from jaxtom.config import load_config
-from jaxtom.mindzero.model_io import restore_params
+from jaxtom.models.orbax_io import restore_params
 from jaxtom.mindzero.trainer import prepare
 from jaxtom.rl.step import Learner
 from jaxtom.rl.trainer import pack_rollout

@@ -1,6 +1,6 @@
 """The household CPU default (MindZero section 5.4 in miniature): a tiny Qwen3-architecture
 decoder from scratch over a BPE trained on the run's own text reads a compact line per
-timestep (`jaxtom.household.data.compact_observation`) and writes n=3 Figure 9 goal particles.
+timestep (`jaxtom.mindzero.household.data.compact_observation`) and writes n=3 Figure 9 goal particles.
 A format warm-up on the label-free observed-goal teacher, then SSRL on the ELBO with the
 simulated human's exact likelihood and the rule-based prior (`mindzero.household.likelihood=
 symbolic`, `prior=symbolic`), then the goal-inference table on held-out apartments 3 and 6.

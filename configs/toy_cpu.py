@@ -4,7 +4,7 @@
 """
 
 from jaxtom.config import Config, ModelSection, TaskSection, TrainerConfig
-from jaxtom.rl.step import StepConfig
+from jaxtom.rl.step_config import StepConfig
 
 
 def get_config() -> Config:

@@ -21,7 +21,7 @@ from typing import Any
 
 from jaxtom.errors import UserError
 from jaxtom.rl.losses import ADVANTAGE_SCALES
-from jaxtom.rl.step import REFERENCES, StepConfig
+from jaxtom.rl.step_config import REFERENCES, StepConfig
 from jaxtom.rl.trainer import TrainerConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -108,7 +108,7 @@ class Config:
     trainer: TrainerConfig = TrainerConfig()
     mesh: MeshSection = MeshSection()
     mindzero: Any = None  # jaxtom.mindzero.config.MindZeroSection
-    ctom: Any = None  # jaxtom.ctom.train.CToMSettings
+    ctom: Any = None  # jaxtom.ctom.config.CToMSettings
 
     @property
     def kind(self) -> str:

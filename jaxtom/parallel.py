@@ -124,13 +124,6 @@ def batch_sharding(mesh: Mesh, ndim: int, batch_size: int | None = None) -> Name
     return NamedSharding(mesh, spec)
 
 
-def check_batch_divides(batch_size: int, mesh: Mesh) -> None:
-    n = mesh.shape["data"] * mesh.shape["fsdp"]
-    if batch_size % n:
-        raise ValueError(f"batch size {batch_size} is not divisible by data*fsdp={n} of the mesh "
-                         f"{dict(mesh.shape)}; pad the batch or change the mesh")
-
-
 def shard_batch(x: Any, mesh: Mesh) -> Any:
     """Places every array leaf of a batch with its leading axis over data x fsdp."""
     return jax.tree.map(lambda a: jax.device_put(a, batch_sharding(mesh, np.ndim(a),
@@ -157,14 +150,6 @@ def state_shardings(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None)
 def place_state(state: Any, mesh: Mesh, rules: dict[str, Any] | None = None) -> Any:
     """Moves an NNX state onto the mesh according to its logical axes."""
     return jax.device_put(state, state_shardings(state, mesh, rules))
-
-
-def is_multiprocess(sharding_or_mesh) -> bool:
-    """Whether a sharding (or mesh) spans devices of other processes too."""
-    devices = (sharding_or_mesh.devices.flat if isinstance(sharding_or_mesh, Mesh)
-               else sharding_or_mesh.device_set)
-    me = jax.process_index()
-    return any(d.process_index != me for d in devices)
 
 
 def host_value(x) -> np.ndarray:

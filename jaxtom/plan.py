@@ -29,13 +29,12 @@ import math
 import time
 from typing import Any
 
-from jaxtom.flops import forward_flops, update_flops, vision_flops  # noqa: F401
-from jaxtom.plan_rollout import (  # noqa: F401  (re-exported: the plan's public names)
-    abstract_cache, kept_store_bytes, plan_rollout, rollout_shapes, sampler_call_rows)
-from jaxtom.plan_shapes import (  # noqa: F401
-    GB, GIB, PlanError, abstract_batch, abstract_model, abstract_state, abstract_update_batch,
-    device_bytes, image_patches, mesh_sizes, model_config, new_model, padded_rows,
-    prediction_rows, rollout_rows, text_config, with_shardings, xla_flops, xla_memory)
+from jaxtom.flops import update_flops
+from jaxtom.plan_rollout import abstract_cache, kept_store_bytes, plan_rollout, rollout_shapes
+from jaxtom.plan_shapes import (
+    GB, PlanError, abstract_state, abstract_update_batch, device_bytes, image_patches,
+    mesh_sizes, model_config, new_model, prediction_rows, rollout_rows, text_config,
+    with_shardings, xla_flops, xla_memory)
 
 @dataclasses.dataclass(frozen=True)
 class Accelerator:
@@ -188,7 +187,7 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
 
     from jaxtom import parallel
 
-    from jaxtom.models.sampling_weights import samples_a_copy
+    from jaxtom.sampling.weights import samples_a_copy
 
     mcfg = model_config(config.model) if mcfg is None else mcfg
     loaded = nnx.state(nnx.eval_shape(lambda: new_model(mcfg)))

@@ -1,5 +1,5 @@
 """The rollout side of `jaxtom plan`: one sampler call's shapes (rows, prompt, cache) as
-`sampling.generate` sizes them, its prefill and decode compiled on abstract inputs, and
+`sampler.generate` sizes them, its prefill and decode compiled on abstract inputs, and
 CToM's kept KV store."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def sampler_call_rows(config, processes: int = 1) -> int:
     """Rows of the largest rollout sampler call over the global mesh (the first), before
     padding.
 
-    Every process calls `sampling.generate` with the same global rows (SPMD;
+    Every process calls `sampler.generate` with the same global rows (SPMD;
     `rl.distributed.generate_rows`): each call holds each process's next
     `trainer.rollout_rows` rows (all of them when 0). A process's share of a step is its
     slice of the prompts (`rl.trainer.process_share`: shares differ by at most one prompt)
@@ -30,12 +30,12 @@ def sampler_call_rows(config, processes: int = 1) -> int:
 
 
 def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
-    """One sampler call's sizes as `sampling.generate` pads them: `rows` (real), `batch`
+    """One sampler call's sizes as `sampler.generate` pads them: `rows` (real), `batch`
     (bucketed to the batch axes), `prompt_len` (prompts as long as `row_len -
     max_new_tokens`), `buffer_len` and `cache_len` (the KV cache's slots)."""
-    from jaxtom import sampling
+    from jaxtom.sampling import sampler
 
-    t, bucket = config.trainer, sampling.bucket
+    t, bucket = config.trainer, sampler.bucket
     n = sampler_call_rows(config, processes)
     B = bucket(n, 1, mesh.shape["data"] * mesh.shape["fsdp"])
     T = bucket(max(1, t.row_len - t.max_new_tokens), 8)
@@ -46,29 +46,30 @@ def rollout_shapes(config, mcfg, mesh, processes: int = 1) -> dict[str, int]:
 
 def abstract_cache(mcfg, mesh, batch: int, cache_len: int):
     """The sampler's KV cache (keys and values) as it is created: sharded by
-    `sampling.cache_sharding` over the global mesh."""
+    `sampling_loop.cache_sharding` over the global mesh."""
     import jax
     import jax.numpy as jnp
 
-    from jaxtom import sampling
+    from jaxtom.sampling import loop as sampling_loop
+
     from jaxtom.models.decoder import KVCache
 
     one = jax.ShapeDtypeStruct((mcfg.num_layers, batch, mcfg.num_kv_heads, cache_len,
                                 mcfg.head_dim), jnp.dtype(mcfg.compute_dtype),
-                               sharding=sampling.cache_sharding(mesh))
+                               sharding=sampling_loop.cache_sharding(mesh))
     return KVCache(one, one)
 
 
 def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     """Compiles the sampler's prefill + decode loop for one sampler call (`sampler_call_rows`
-    rows, prompts as long as `row_len - max_new_tokens`), sized as `sampling.generate` sizes
-    it, through the sampler's own programs (`sampling.programs`: same shardings, donated
+    rows, prompts as long as `row_len - max_new_tokens`), sized as `sampler.generate` sizes
+    it, through the sampler's own programs (`sampling_loop.programs`: same shardings, donated
     cache).
 
     The sampler runs SPMD over the run's global mesh on any number of processes, with the
     training params as they are sharded, in the compute dtype (`Learner.sampling_model`: a
     copy when that differs from the parameter dtype, else the train state's own buffers);
-    it adds the KV cache (sharded by `sampling.cache_sharding`) and each program's XLA
+    it adds the KV cache (sharded by `sampling_loop.cache_sharding`) and each program's XLA
     temporaries.
     """
 
@@ -76,9 +77,13 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     import jax.numpy as jnp
     from flax import nnx
 
-    from jaxtom import parallel, sampling
+    from jaxtom import parallel
+
+    from jaxtom.sampling import loop as sampling_loop
+
+    from jaxtom.sampling import sampler
     from jaxtom.models.decoder import KVCache
-    from jaxtom.models.sampling_weights import samples_a_copy, sampling_params
+    from jaxtom.sampling.weights import samples_a_copy, sampling_params
 
     t = config.trainer
     _, model = abstract_model(config, mcfg)
@@ -96,7 +101,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
     greedy = t.temperature <= 0
     sds = jax.ShapeDtypeStruct
     cache = abstract_cache(mcfg, mesh, B, S)
-    bucket = sampling.bucket
+    bucket = sampler.bucket
     n_stop = bucket(max(1, len(t.stop_tokens) + len(mcfg.eos_token_ids)), 4)
     # the sampler's static settings and per-call inputs, by field name, so that a changed
     # sampler fails here naming the field instead of planning a different program
@@ -126,10 +131,10 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
                             "plan with --no-rollout)")
         return cls(**{name: known[name] for name in names})
 
-    loop = build(sampling.LoopConfig, statics)
-    named = dict(zip(("prefill", "decode"), sampling.programs(graphdef, loop, mesh, params)))
-    values = {"params": params, "cache": cache, "inp": build(sampling.SamplingInputs, fields),
-              "chunk": build(sampling.PromptChunk, fields)}
+    loop = build(sampling_loop.LoopConfig, statics)
+    named = dict(zip(("prefill", "decode"), sampling_loop.programs(graphdef, loop, mesh, params)))
+    values = {"params": params, "cache": cache, "inp": build(sampling_loop.SamplingInputs, fields),
+              "chunk": build(sampling_loop.PromptChunk, fields)}
     # a prefill whose outputs (cache, loop state) feed the decode program: each program's
     # arguments by its parameter names
     start = time.perf_counter()
@@ -148,7 +153,7 @@ def plan_rollout(config, mcfg, mesh, processes: int = 1) -> dict[str, Any]:
                     else (outs,)):
             if isinstance(out, KVCache):
                 values["cache"] = out
-            elif isinstance(out, sampling.LoopState):
+            elif isinstance(out, sampling_loop.LoopState):
                 values["state"] = out
     seconds = time.perf_counter() - start
     xla = {name: xla_memory(c) for name, c in programs.items()}

@@ -19,12 +19,12 @@ background). With `--tiny` the divisor is 8. What it runs on that mesh:
 - random weights of the config's architecture (only `config.json` is read, under
   `$JAXTOM_MODELS`, default launch/models/), built with the train state in one program,
   sharded over the mesh (`Learner.init_state` under `jax.jit`);
-- one rollout call (`jaxtom.sampling.generate`, on `Learner.sampling_model` as a run samples)
+- one rollout call (`jaxtom.sampling.sampler.generate`, on `Learner.sampling_model` as a run samples)
   of the rows and prompt length `jaxtom plan` plans (distinct random prompts of
   `row_len - max_new_tokens` tokens, every row decoding `max_new_tokens`), after a warm-up
   call that compiles it;
 - one GRPO update (`Learner.update`: every PPO mini-batch and micro-batch of the batch) on a
-  random batch shaped as `jaxtom plan` shapes it (`plan.abstract_batch`), every position
+  random batch shaped as `jaxtom plan` shapes it (`plan_shapes.abstract_batch`), every position
   scored, so it is the program the plan compiles.
 Memory is each device's own `memory_stats()` (`peak_bytes_in_use`, cumulative) after each
 phase, the largest over the devices set beside the plan's per-device figures for the same
@@ -288,9 +288,9 @@ def random_batch(config, mcfg, learner, rows: int, seed: int):
     the first scored (the plan's full scoring width), advantages per GRPO group."""
     import numpy as np
 
-    from jaxtom import plan
+    from jaxtom import plan_shapes
 
-    shapes = plan.abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
+    shapes = plan_shapes.abstract_batch(config, mcfg, rows, plan_shapes.padded_rows(1, learner))
     rng = np.random.default_rng(seed)
     T, group = config.trainer.row_len, config.trainer.group_size
     row_adv = rng.normal(size=(rows, 1)).astype(np.float32)
@@ -331,12 +331,13 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     import jax
     import numpy as np
 
-    from jaxtom import parallel, plan, sampling
+    from jaxtom import parallel, plan_shapes
+    from jaxtom.sampling import sampler
     from jaxtom.flops import inference_flops
     from jaxtom.rl.step import Learner
 
     config = load(config_path, overrides)
-    mcfg = plan.model_config(config.model)
+    mcfg = plan_shapes.model_config(config.model)
     if hasattr(mcfg, "vision"):
         raise SmokeError("gpu_smoke.py runs text decoders; the config's model is Qwen3-VL")
     n = config.mesh.data * config.mesh.fsdp * config.mesh.tensor
@@ -354,7 +355,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     mem = out["memory"] = {}
 
     # the train state, built on the device in one program
-    build, abstract = plan.abstract_model(config, mcfg)
+    build, abstract = plan_shapes.abstract_model(config, mcfg)
     learner = Learner(abstract, config.step, mesh)
     start = time.perf_counter()
     state = jax.jit(lambda: learner.init_state(build(), seed=config.model.seed))()
@@ -370,9 +371,9 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     prompts = rng.integers(1, mcfg.vocab_size, (n, prompt_len)).tolist()
     model = learner.sampling_model(state)  # what a run samples from (compute dtype)
     kw = dict(temperature=t.temperature, top_p=t.top_p, stop_at_eos=False, pad_id=t.pad_id,
-              share_prefill=False, buffer_len=sampling.bucket(t.max_new_tokens, 16))
+              share_prefill=False, buffer_len=sampler.bucket(t.max_new_tokens, 16))
     start = time.perf_counter()
-    warm = sampling.generate(model, prompts, max_new_tokens=min(2, t.max_new_tokens),
+    warm = sampler.generate(model, prompts, max_new_tokens=min(2, t.max_new_tokens),
                              key=jax.random.key(args.seed + 1), **kw)
     cache_shape = tuple(warm.state.cache.k.shape)
     del warm
@@ -380,7 +381,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     times, new_tokens = [], 0
     for i in range(args.repeats):
         start = time.perf_counter()
-        res = sampling.generate(model, prompts, max_new_tokens=t.max_new_tokens,
+        res = sampler.generate(model, prompts, max_new_tokens=t.max_new_tokens,
                                 key=jax.random.key(args.seed + 2 + i), **kw)
         times.append(time.perf_counter() - start)  # generate returns host arrays: synced
         new_tokens = int(res.lengths.sum())
@@ -389,7 +390,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     seconds = statistics.median(times)
     flops = inference_flops(mcfg.num_params(), n * prompt_len + new_tokens)
     out["rollout"] = {"rows": n, "padded_rows": cache_shape[1], "prompt_len": prompt_len,
-                      "prompt_slots": sampling.bucket(prompt_len, 8),
+                      "prompt_slots": sampler.bucket(prompt_len, 8),
                       "cache_len": cache_shape[3], "new_tokens": new_tokens,
                       "compile_and_warmup_seconds": compile_s, "seconds": seconds,
                       "new_tokens_per_s": new_tokens / seconds,
@@ -398,12 +399,12 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     mem["after_rollout"] = memory(devices)
 
     # one GRPO update (all PPO mini-batches and micro-batches of the batch)
-    rows = plan.rollout_rows(config)
+    rows = plan_shapes.rollout_rows(config)
     batch = learner.put_batch(random_batch(config, mcfg, learner, rows, args.seed))
     start = time.perf_counter()
     compiled = learner.program(state, batch).lower(state, batch).compile()
     compile_s = time.perf_counter() - start
-    xla = plan.xla_memory(compiled)
+    xla = plan_shapes.xla_memory(compiled)
     del compiled
     times = []
     for _ in range(args.repeats):
@@ -414,7 +415,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     seconds = statistics.median(times)
     padded = batch.tokens.shape[0]
-    flops = plan.update_flops(config, mcfg, padded, t.row_len)
+    flops = flops.update_flops(config, mcfg, padded, t.row_len)
     out["update"] = {"rows": rows, "padded_rows": padded, "row_len": t.row_len,
                      "optimizer_updates": config.step.ppo_mini_batches * config.step.ppo_epochs,
                      "micro_batches": config.step.micro_batches,

@@ -400,17 +400,17 @@ def test_gpu_smoke_divides_the_paper_configs_rows_on_one_device(smoke):
 
 
 def test_gpu_smoke_batch_is_the_program_the_plan_compiles(smoke):
-    from jaxtom import plan
+    from jaxtom import plan_shapes
     from jaxtom.rl.step import Learner, score_widths
 
     overrides = smoke.smoke_overrides(smoke.DEFAULT_CONFIG, [], tiny=True, divisor=8)
     config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
-    mcfg = plan.model_config(config.model)
-    _, abstract = plan.abstract_model(config, mcfg)
+    mcfg = plan_shapes.model_config(config.model)
+    _, abstract = plan_shapes.abstract_model(config, mcfg)
     learner = Learner(abstract, config.step)
-    rows = plan.rollout_rows(config)
+    rows = plan_shapes.rollout_rows(config)
     batch = smoke.random_batch(config, mcfg, learner, rows, seed=0)
-    want = plan.abstract_batch(config, mcfg, rows, plan.padded_rows(1, learner))
+    want = plan_shapes.abstract_batch(config, mcfg, rows, plan_shapes.padded_rows(1, learner))
     import jax
     assert (jax.tree.map(lambda x: (x.shape, x.dtype), batch)
             == jax.tree.map(lambda x: (x.shape, x.dtype), want))

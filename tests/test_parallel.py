@@ -44,7 +44,8 @@ SCRIPT = textwrap.dedent("""
     import json, sys, tempfile
     import jax, numpy as np
     assert jax.device_count() == 8, jax.devices()
-    from jaxtom import models, parallel, sampling
+    from jaxtom import models, parallel
+    from jaxtom.sampling import sampler
     from jaxtom.models.tiny import save_tiny_hf
 
     path = tempfile.mkdtemp()
@@ -57,11 +58,11 @@ SCRIPT = textwrap.dedent("""
     def run(mesh, compact=False):
         model = models.from_pretrained(path, mesh=mesh)
         logits = np.asarray(model(ids))
-        greedy = sampling.generate(model, prompts, max_new_tokens=10, temperature=0.0)
-        sampled = sampling.generate(model, prompts, max_new_tokens=10, temperature=1.0,
+        greedy = sampler.generate(model, prompts, max_new_tokens=10, temperature=0.0)
+        sampled = sampler.generate(model, prompts, max_new_tokens=10, temperature=1.0,
                                     key=jax.random.key(3))
         # rows stopping at token 7 anywhere in 70 steps, finished rows dropped every 32
-        long = None if compact is None else sampling.generate(
+        long = None if compact is None else sampler.generate(
             model, ragged, max_new_tokens=70, temperature=1.0, key=jax.random.key(4),
             stop=[7], compact=compact).tokens
         return model, logits, greedy.tokens, sampled.tokens, long

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from jaxtom import plan
+from jaxtom import plan_shapes
+from jaxtom import plan_rollout
 from jaxtom.commands import plan as plan_cli
 from jaxtom.config import load_config
 from jaxtom.models.config import load_hf_config
@@ -224,9 +226,9 @@ def test_ctom_paper_configs_pad_at_most_a_tenth_on_32_devices(config, monkeypatc
 
     monkeypatch.setenv("JAXTOM_MODELS", str(QWEN3_4B_DIR.parent))
     config = load_config(config, list(CTOM_32_DEVICES))
-    mcfg = plan.model_config(config.model)
-    rows, s = plan.rollout_rows(config), config.step
-    sizes = plan.mesh_sizes(config.mesh, 32)
+    mcfg = plan_shapes.model_config(config.model)
+    rows, s = plan_shapes.rollout_rows(config), config.step
+    sizes = plan_shapes.mesh_sizes(config.mesh, 32)
     assert sizes == (1, 16, 2)
     padded = update_rows(rows, sizes[0] * sizes[1], s.ppo_mini_batches, s.micro_batches)[0]
     assert plan.padding(rows, padded)["fraction"] <= plan.PADDING_LIMIT
@@ -257,7 +259,7 @@ def test_sampler_call_rows_is_the_largest_call_generate_rows_makes(prompts, roll
                                f"trainer.rollout_rows={rollout_rows}"])
     counts = [process_share(prompts, processes, p)[1] * 4 for p in range(processes)]
     calls = [sum(s.stop - s.start for s in call) for call in call_slices(counts, rollout_rows)]
-    assert plan.sampler_call_rows(config, processes) == max(calls)
+    assert plan_rollout.sampler_call_rows(config, processes) == max(calls)
 
 
 def test_fits_leaves_headroom_on_each_chip():
@@ -344,8 +346,8 @@ def test_ctom_plan_counts_the_kept_kv_store_for_every_conversation():
                                  "model.head_dim=16"])
     mesh = parallel.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     terms = plan.resident_terms(config, mesh)
-    text = plan.text_config(plan.model_config(config.model))
-    slots = plan.rollout_shapes(config, text, mesh)["cache_len"]
+    text = plan_shapes.text_config(plan_shapes.model_config(config.model))
+    slots = plan_rollout.rollout_shapes(config, text, mesh)["cache_len"]
     assert terms["rollout"]["kept_kv_store"] == kept_cache.device_bytes(text, 12, slots, mesh)
     assert terms["rollout"]["kept_kv_store"] == 2 * 2 * 12 * 2 * slots * 16 * 4
     off = dataclasses.replace(config, ctom=dataclasses.replace(config.ctom, reuse_cache=False))

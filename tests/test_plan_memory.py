@@ -5,7 +5,7 @@ lists as resident (`plan.resident_terms`), at the run's named points:
   by `save_pretrained`) read through the normal path, `models.from_pretrained(path, mesh=)`;
 - `init_state`: after `Learner.init_state` (the loaded model dropped, as the trainer drops it);
 - `rollout`: while the sampler runs on the train state's params (measured inside each of its
-  programs' calls) and just after `sampling.generate`, its ResumeState cache alive;
+  programs' calls) and just after `sampler.generate`, its ResumeState cache alive;
 - `update`: after one `Learner.update`, with the batch it was given.
 
 Measured bytes are the addressable shards of `jax.live_arrays()` summed per device. At each
@@ -35,7 +35,13 @@ import gc, json
 import jax, numpy as np
 from flax import nnx
 
-from jaxtom import models, parallel, plan, sampling
+from jaxtom import models, parallel, plan
+from jaxtom import plan_shapes
+from jaxtom import plan_rollout
+
+from jaxtom.sampling import loop as sampling_loop
+
+from jaxtom.sampling import sampler
 from jaxtom.config import load_config
 from jaxtom.models.config import ModelConfig
 from jaxtom.rl.step import Learner
@@ -92,7 +98,7 @@ terms["init_state"] = {"params": tree_bytes(state.params),
 if args["rollout"]:
     # inside the sampler: live bytes as each of its programs is called
     inside = []
-    programs = sampling.programs
+    programs = sampling_loop.programs
 
     def watching(*a, **k):
         def watch(fn):
@@ -102,25 +108,25 @@ if args["rollout"]:
             return call
         return tuple(map(watch, programs(*a, **k)))
 
-    sampling.programs = watching
+    sampling_loop.programs = watching
     t = config.trainer
-    rows = plan.sampler_call_rows(config)
+    rows = plan_rollout.sampler_call_rows(config)
     rng = np.random.default_rng(0)
     prompt_len = t.row_len - t.max_new_tokens
     prompts = rng.integers(8, cfg.vocab_size, (rows, prompt_len)).tolist()
-    sampler = learner.sampling_model(state)  # what the trainer's rollouts sample from
-    result = sampling.generate(sampler, prompts, max_new_tokens=t.max_new_tokens,
+    sampling_model = learner.sampling_model(state)  # what the trainer's rollouts sample from
+    result = sampler.generate(sampling_model, prompts, max_new_tokens=t.max_new_tokens,
                                temperature=1.0, key=jax.random.key(0), stop_at_eos=False)
-    sampling.programs = programs
+    sampling_loop.programs = programs
     measured["rollout"] = live()
     measured["rollout_inside"] = {d: max(m[d] for m in inside) for d in inside[0]}
     terms["rollout"] = {"kv_cache": tree_bytes(result.state.cache)}
-    del result, sampler
+    del result, sampling_model
     gc.collect()
 
 if args["update"]:
     from jaxtom.rl.batch import Batch
-    abstract = plan.abstract_update_batch(config, plan.model_config(config.model), learner)
+    abstract = plan_shapes.abstract_update_batch(config, plan_shapes.model_config(config.model), learner)
     rng = np.random.default_rng(1)
     R, T = abstract.tokens.shape
 

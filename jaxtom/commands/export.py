@@ -68,7 +68,7 @@ def run_config(run_dir):
             from jaxtom.mindzero.config import MindZeroSection as section
         papers["mindzero"] = section
     if isinstance(data, dict) and data.get("ctom") is not None:
-        from jaxtom.ctom.train import CToMSettings
+        from jaxtom.ctom.config import CToMSettings
         papers["ctom"] = CToMSettings
     config = config_from_dict(data, papers)
     return dataclasses.replace(config, trainer=dataclasses.replace(
@@ -143,7 +143,7 @@ def trained_model(config, step: int | None, mesh, model=None):
     run_dir = storage.path(config.trainer.workdir)
     model = template_model(config, mesh) if model is None else model
     if config.kind == "mindzero" and step is None:
-        from jaxtom.mindzero.model_io import restore_params
+        from jaxtom.models.orbax_io import restore_params
         kept = run_dir / "checkpoint"
         if not kept.exists():
             raise MissingInputError(f"{kept}: no such directory; a finished MindZero run "

@@ -51,7 +51,9 @@ def load_tokenizer(model_path: Path, spec: str | None):
 def run(args: argparse.Namespace) -> int:
     import jax
 
-    from jaxtom import flops, models, parallel, sampling
+    from jaxtom import flops, models, parallel
+
+    from jaxtom.sampling import sampler
 
     path = Path(args.model)
     if (args.prompt is None) == (args.ids is None):
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         prompt = tokenizer.encode(text)
     stop = list(args.stop) + (list(tokenizer.eos_token_ids) if tokenizer else [])
     start = time.perf_counter()
-    result = sampling.generate(model, [prompt], max_new_tokens=args.max_new_tokens,
+    result = sampler.generate(model, [prompt], max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                                stop=stop, key=jax.random.key(args.seed), tokenizer=tokenizer)
     seconds = time.perf_counter() - start

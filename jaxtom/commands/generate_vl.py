@@ -33,7 +33,7 @@ def run_vl(args: argparse.Namespace, model, tokenizer) -> int:
     from flax import nnx
 
     from jaxtom import flops
-    from jaxtom.models import vl_sampling
+    from jaxtom.sampling import vl as vl_sampling
     from jaxtom.models.image_processing import smart_resize
     from jaxtom.models.vl_prompts import encode_image_prompt
 

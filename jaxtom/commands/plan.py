@@ -18,10 +18,8 @@ import sys
 import time
 from typing import Any
 
-from jaxtom.plan import (
-    ACCELERATOR_SPECS, DEFAULT_HEADROOM, GIB, PlanError, accelerator, check_processes,
-    infer_processes, mesh_sizes, model_config, plan,
-)
+from jaxtom.plan import ACCELERATOR_SPECS, DEFAULT_HEADROOM, accelerator, check_processes, infer_processes, plan
+from jaxtom.plan_shapes import GIB, PlanError, mesh_sizes, model_config
 
 
 def _size(x: float | None) -> str:

@@ -198,8 +198,8 @@ def run_eval(config_path: str, overrides=()) -> dict[str, dict[str, float]]:
     """Evaluates a CToM run; prints the table and returns {method: summary}."""
     import json
     from jaxtom.ctom.heldout import heldout_pairs
-    from jaxtom.ctom.train import (evaluation_tasks, load_ctom_config, make_simulator,
-                                   policy_and_tokenizer, sampler_policy)
+    from jaxtom.ctom.train import load_ctom_config, make_simulator, policy_and_tokenizer, sampler_policy
+    from jaxtom.ctom.task_sets import evaluation_tasks
     config, s = load_ctom_config(config_path, overrides)
     start_model, tok = policy_and_tokenizer(config)
     tasks = evaluation_tasks(s, config.trainer.seed)

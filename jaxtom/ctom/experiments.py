@@ -19,8 +19,8 @@ import os
 
 from jaxtom.config import Config, MeshSection, ModelSection, TrainerConfig
 from jaxtom.ctom.effort import W_EFFORT, domain_settings
-from jaxtom.ctom.train import CToMSettings
-from jaxtom.rl.step import StepConfig
+from jaxtom.ctom.config import CToMSettings
+from jaxtom.rl.step_config import StepConfig
 
 # one row per micro-batch keeps CPU memory of the 30-layer backward near 8 GB
 ROW_LEN = {"math": 896, "coding": 1280, "writing": 1024}

@@ -25,7 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxtom import sampling
+from jaxtom.sampling import loop as sampling_loop
+
+from jaxtom.sampling import sampler
 from jaxtom.models.decoder import CACHE_SEQ_AXIS, KVCache
 
 
@@ -64,7 +66,7 @@ def _grown(store: KVCache, rows: int, slots: int) -> KVCache:
 @functools.lru_cache(maxsize=None)
 def _programs(mesh: Mesh | None):
     """(zeros, grown, gather, scatter) jitted for `mesh`: on a mesh, every cache they return
-    is sharded like the sampler's KV cache (`sampling.cache_sharding`: rows over data x
+    is sharded like the sampler's KV cache (`sampling_loop.cache_sharding`: rows over data x
     fsdp, kv heads over tensor), so the store is never replicated and is created sharded;
     without one (an unsharded model), plain jit."""
     if mesh is None:
@@ -72,7 +74,7 @@ def _programs(mesh: Mesh | None):
                 jax.jit(_grown, static_argnums=(1, 2)),
                 jax.jit(_gather, static_argnums=(2,)),
                 jax.jit(_scatter, donate_argnums=(0,)))
-    cache = sampling.cache_sharding(mesh)
+    cache = sampling_loop.cache_sharding(mesh)
     out = KVCache(cache, cache)
     return (jax.jit(_zeros, static_argnums=(0, 1, 2), out_shardings=out),
             jax.jit(_grown, static_argnums=(1, 2), out_shardings=out),
@@ -86,14 +88,14 @@ def device_bytes(cfg, conversations: int, slots: int, mesh: Mesh | None = None) 
     lives through a whole rollout beside the sampler's own cache. Unsharded: the total."""
     dp = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
     tensor = 1 if mesh is None else mesh.shape["tensor"]
-    rows = sampling.bucket(conversations, 1, dp) // dp
+    rows = sampler.bucket(conversations, 1, dp) // dp
     heads = -(-cfg.num_kv_heads // tensor)
     return 2 * cfg.num_layers * rows * heads * slots * cfg.head_dim * jnp.dtype(
         cfg.compute_dtype).itemsize
 
 
 class KeptCaches:
-    """Per-conversation KV caches for `sampling.generate`, reused by longest token prefix."""
+    """Per-conversation KV caches for `sampler.generate`, reused by longest token prefix."""
 
     def __init__(self, model, max_cache_len: int | None = None, *, min_rows: int = 0,
                  min_slots: int = 0):
@@ -106,7 +108,7 @@ class KeptCaches:
         """Grows the store (geometrically) to at least `rows` conversations and `slots`;
         rows in multiples of the mesh's data x fsdp, so that they shard evenly."""
         zeros, grown, _, _ = _programs(self.mesh)
-        rows = sampling.bucket(rows, 1, self._row_multiple)
+        rows = sampler.bucket(rows, 1, self._row_multiple)
         if self.store is None:
             self.store = zeros(self.model.config, rows, slots)
             return
@@ -116,7 +118,7 @@ class KeptCaches:
 
     @property
     def mesh(self) -> Mesh | None:
-        return sampling.model_mesh(self.model)
+        return sampler.model_mesh(self.model)
 
     @property
     def _row_multiple(self) -> int:
@@ -146,18 +148,18 @@ class KeptCaches:
 
     def generate(self, contexts: Sequence[Sequence[int]], conversations: Sequence[int], *,
                  max_new_tokens: int, buffer_len: int | None = None, **kwargs):
-        """`sampling.generate(model, contexts, ...)`, prefilling only what each conversation's
+        """`sampler.generate(model, contexts, ...)`, prefilling only what each conversation's
         cache lacks; returns (its GenerationResult, tokens prefilled per row)."""
         if len(set(conversations)) != len(conversations):
             raise ValueError("a call holds each conversation at most once")
         if buffer_len is None:
-            buffer_len = sampling.bucket(max_new_tokens, 16)  # generate's own default
+            buffer_len = sampler.bucket(max_new_tokens, 16)  # generate's own default
         starts, chunks = self.plan(contexts, conversations)
-        batch, slots = sampling.call_shape(self.model, starts, [len(c) for c in chunks],
+        batch, slots = sampler.call_shape(self.model, starts, [len(c) for c in chunks],
                                            buffer_len, self.max_cache_len)
         # fixed shapes (a small model whose calls cost less than their compiles): every call
         # pads to at least min_rows rows and min_slots slots, so a few programs serve a run
-        batch = max(batch, sampling.bucket(self.min_rows, 1, self._row_multiple))
+        batch = max(batch, sampler.bucket(self.min_rows, 1, self._row_multiple))
         slots = max(slots, self.min_slots)
         self._reserve(max(conversations) + 1, slots)
         _, _, gather, scatter = _programs(self.mesh)
@@ -166,8 +168,8 @@ class KeptCaches:
         rows[:len(conversations)] = conversations
         rows = self._rows(rows)
         cache = gather(self.store, rows, slots)
-        resume = sampling.ResumeState(cache, np.asarray(starts, np.int32))
-        out = sampling.generate(self.model, chunks, max_new_tokens=max_new_tokens,
+        resume = sampler.ResumeState(cache, np.asarray(starts, np.int32))
+        out = sampler.generate(self.model, chunks, max_new_tokens=max_new_tokens,
                                 buffer_len=buffer_len, resume=resume,
                                 max_cache_len=self.max_cache_len, **kwargs)
         part = out.state.cache

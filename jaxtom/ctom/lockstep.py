@@ -2,7 +2,7 @@
 set of conversations, in lockstep, and keeps only its share of the packed rows.
 
 Why lockstep rather than each process running its own conversations: on a global mesh the
-sampler (`jaxtom.sampling.generate`) is a collective, so every process must call it with the
+sampler (`jaxtom.sampling.sampler.generate`) is a collective, so every process must call it with the
 same arguments, the same number of times. A conversation's phases depend on what it sampled
 (ASK or DRAFT, how many revisions, when it ends), so processes running different
 conversations would make different sequences of sampler calls; padding them to a common

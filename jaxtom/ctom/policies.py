@@ -11,7 +11,7 @@ from jaxtom.ctom.kept_cache import KeptCaches
 
 
 class SamplerPolicy:
-    """Phases through `jaxtom.sampling.generate` (KV cache, stop strings, explicit key).
+    """Phases through `jaxtom.sampling.sampler.generate` (KV cache, stop strings, explicit key).
 
     With `reuse_cache` (the default) each conversation keeps its KV cache between phases and
     rounds (`kept_cache.KeptCaches`), so a phase prefills only the tokens its conversation's

@@ -24,7 +24,7 @@ from jaxtom.ctom.simulators import (SimReply, SimRequest, SimulatorError, reply_
 class LLMSimulator:
     """`reply(requests, seed)` with a loaded `jaxtom.models` decoder and its tokenizer.
 
-    `generate_fn` defaults to `jaxtom.sampling.generate`; tests pass a wrapper to see what the
+    `generate_fn` defaults to `jaxtom.sampling.sampler.generate`; tests pass a wrapper to see what the
     sampler was given. `chat_options` go to the chat template (e.g. enable_thinking=False).
     """
     model: Any

@@ -13,7 +13,6 @@ warmup/) and reused on resume and by `jaxtom eval`.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -173,9 +172,9 @@ def model_and_tokenizer(config, mesh=None, *, warm_up: bool = True):
     """(model, tokenizer) of a from-scratch run: the run's tokenizer (trained and saved on
     first use) and a decoder initialised from `trainer.seed + model.seed`, after the format
     warm-up (run and saved on first use; `warm_up=False`: the random decoder)."""
-    from jaxtom.mindzero.model_io import restore_params, save_model
+    from jaxtom.models.orbax_io import restore_params, save_model
     from jaxtom.models import init_decoder
-    from jaxtom.ctom.train import training_tasks
+    from jaxtom.ctom.task_sets import training_tasks
     run_dir = storage.path(config.trainer.workdir)
     m, seed = config.model, config.trainer.seed + config.model.seed
     tasks = training_tasks(config.ctom, config.trainer.seed)
@@ -202,9 +201,3 @@ def model_and_tokenizer(config, mesh=None, *, warm_up: bool = True):
     model = warm.learner.model(warm.run())
     save_model(model, saved)
     return model, tok
-
-
-def warmup_model(config, model) -> Path | None:
-    """The saved warm-up of a from-scratch run (None when it has none)."""
-    saved = storage.path(config.trainer.workdir) / "warmup"
-    return saved if saved.exists() else None

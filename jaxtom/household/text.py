@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 
 from jaxtom.household import catalog
-from jaxtom.household.world import HELD, NOBODY, Action, State
+from jaxtom.household.world import Action, State
 
 CLOSE_METRES = 1.5  # furniture this near the agent counts as "close" in the Figure 9 text
 NO_KEY_ACTION = "{name} has not taken any key action yet."
@@ -249,12 +249,3 @@ def mmtom_actions_text(states, actions, name: str = "Mary") -> str:
         previous = a
         sentences.append(mmtom_action_sentence(s, a, name))
     return f"Actions taken by {name}: " + " ".join(sentences)
-
-
-def holder_text(state: State, obj: int) -> str:
-    """Where an object is, in words ('inside the refrigerator', 'held by agent 0')."""
-    loc = state.object_loc[obj]
-    if loc == HELD:
-        return f"held by agent {state.holder(obj)}" if state.holder(obj) != NOBODY else "held"
-    piece = state.apartment.piece(loc)
-    return f"{'inside' if piece.is_container else 'on'} the {furniture_name(state, loc)}"

@@ -22,7 +22,7 @@ import jax
 
 from jaxtom import storage
 from jaxtom.mindzero.config import is_image
-from jaxtom.mindzero.model_io import save_model
+from jaxtom.models.orbax_io import save_model
 from jaxtom.mindzero.monitor import BestModel
 from jaxtom.mindzero.warmup import checked_warm_up, warmup_trainer_config
 from jaxtom.rl.trainer import Trainer

@@ -17,7 +17,7 @@ import os
 from jaxtom.config import Config, MeshSection, ModelSection
 from jaxtom.mindzero.config import DataSpec, EvalSpec, MindZeroSection, WarmupSpec
 from jaxtom.mindzero.reward import RewardConfig
-from jaxtom.rl.step import StepConfig
+from jaxtom.rl.step_config import StepConfig
 from jaxtom.rl.trainer import TrainerConfig
 
 # 1000 episodes x ~30 timesteps / 32 prompts per step x 20 epochs

@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
-from jaxtom.mindzero.model_io import restore_params, save_model
+from jaxtom.models.orbax_io import restore_params, save_model
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.mindzero.particles import parse_particles
 from jaxtom.mindzero.policy import Codec

@@ -34,7 +34,7 @@ from jaxtom.rl.trainer import (Rollout, compact_kwargs, completion_rows, explore
                                sample_rows)
 from jaxtom.tokenizer import Tokenizer
 from jaxtom.mindzero.data import PromptCache, max_row_len, task_records
-from jaxtom.mindzero.model_io import restore_params
+from jaxtom.models.orbax_io import restore_params
 from jaxtom.mindzero.monitor import heldout_monitor
 from jaxtom.mindzero.warmup import WarmupRollout, longest_teacher_target
 

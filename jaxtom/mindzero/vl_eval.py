@@ -47,7 +47,7 @@ class VLQueries:
         """(completion texts, tokens processed per query) for `rows`, one sampler call; the
         rows are padded to a few batch sizes (copies of the first, dropped), as text
         queries are, so a run compiles a bounded number of programs."""
-        from jaxtom.models import vl_sampling
+        from jaxtom.sampling import vl as vl_sampling
         built = [self.prompt(view, e, t) for e, t in rows]
         ids, pictures = [b[0] for b in built], [[b[1]] for b in built]
         extra = padded_rows(len(ids)) - len(ids)
@@ -76,7 +76,7 @@ class VLQueries:
 
 def load_vl_model(config, checkpoint: str | Path, tokenizer_path=None):
     """(Qwen3VL, codec) from a run's checkpoint directory (tiny: plus its tokenizer.json)."""
-    from jaxtom.mindzero.model_io import restore_params
+    from jaxtom.models.orbax_io import restore_params
     from jaxtom.mindzero.vl_train import build_vl_model
     checkpoint = storage.absolute(checkpoint)
     tok = tokenizer_path or checkpoint.parent / "tokenizer.json"

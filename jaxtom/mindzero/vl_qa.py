@@ -61,7 +61,7 @@ class VLQAPrompts(QAPrompts):
 
     def sample(self, model, index, *, key, row_ids, **kwargs):
         """One sampler call for questions `index` on this process alone (evaluation)."""
-        from jaxtom.models import vl_sampling
+        from jaxtom.sampling import vl as vl_sampling
         return vl_sampling.generate(model, [self(i) for i in index],
                                     [[self.image(i)] for i in index], preprocessed=True,
                                     num_patches=self.num_patches, key=key, row_ids=row_ids,

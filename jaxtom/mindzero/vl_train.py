@@ -145,7 +145,7 @@ def generate_vl_rows(model: Qwen3VL, prompts, image_keys, row_ids, *, render, ke
     keys and prompts are gathered and every process renders what a call samples, so no
     pictures cross hosts. Each row samples from `fold_in(key, row)`, so the tokens do not
     depend on how rows are split into calls or processes."""
-    from jaxtom.models import vl_sampling
+    from jaxtom.sampling import vl as vl_sampling
     from jaxtom.rl import distributed
     # the text rollouts' prompt floor (`rl.trainer.compact_kwargs`): an image+text call
     # sizes its own prefill by its pictures and prompts (`vl_sampling.prefill_cache`)

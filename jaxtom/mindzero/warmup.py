@@ -15,7 +15,7 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero.data import PromptCache
-from jaxtom.mindzero.model_io import save_model
+from jaxtom.models.orbax_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes, approach_order
 from jaxtom.mindzero.image_observation import ranked_partner
 from jaxtom.mindzero.particles import format_particles

@@ -26,9 +26,8 @@ from flax import nnx
 
 from jaxtom import parallel
 from jaxtom.models import blockwise
-from jaxtom.models.attention import attention, causal_attention  # noqa: F401  (re-exported)
+from jaxtom.models.attention import attention, causal_attention
 from jaxtom.models.config import ModelConfig
-from jaxtom.models.sampling_weights import samples_a_copy, sampling_params  # noqa: F401
 
 # The full (training / scoring) forward unrolls models up to this many layers and scans deeper
 # ones. On CPU the scan's backward pass copies each layer's weights and activations in and out

@@ -8,8 +8,6 @@ published), so `vl_config_from_hf_dict` reads them exactly as it reads a downloa
 from __future__ import annotations
 
 import copy
-import json
-from pathlib import Path
 from typing import Any
 
 from jaxtom.models.vl_config import VLConfig, vl_config_from_hf_dict
@@ -60,11 +58,3 @@ def preset_dict(name: str) -> dict[str, Any]:
 def preset_config(name: str, **kwargs) -> VLConfig:
     """The VLConfig of a released model (kwargs: dtype, compute_dtype)."""
     return vl_config_from_hf_dict(preset_dict(name), **kwargs)
-
-
-def write_preset_config(name: str, path: str | Path) -> Path:
-    """Writes `<path>/config.json` of a released model (a directory `jaxtom plan` can read)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(preset_dict(name), indent=2))
-    return path

@@ -7,7 +7,8 @@ from jaxtom.rl.gradients import combine_gradients, global_norm, prediction_scale
 from jaxtom.rl.losses import (decision_entropy, dual_clip_surrogate, grpo_loss, grpo_terms,
                               group_advantages, k3_kl, prediction_nll, prediction_terms,
                               token_entropy, token_logprobs)
-from jaxtom.rl.step import Learner, StepConfig, TrainState, make_optimizer
+from jaxtom.rl.step import Learner
+from jaxtom.rl.step_config import StepConfig, TrainState, make_optimizer
 
 __all__ = ["Batch", "Learner", "PredictionBatch", "StepConfig", "TrainState",
            "combine_gradients", "decision_entropy", "dual_clip_surrogate", "global_norm",

@@ -21,7 +21,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from jaxtom import storage
-from jaxtom.rl.step import TrainState
+from jaxtom.rl.step_config import TrainState
 
 
 def _saved_part(state: TrainState):

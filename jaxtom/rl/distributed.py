@@ -15,7 +15,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from jaxtom import sampling
+from jaxtom.sampling import sampler
 from jaxtom.buckets import power_of_two
 from jaxtom.models.decoder import Decoder
 
@@ -115,6 +115,6 @@ def generate_rows(model: Decoder, prompts: Sequence[Sequence[int]], row_ids: np.
         rows = [r for p, part in zip(everyone, parts) for r in p[part]]
         rids = [i for p, part in zip(ids, parts) for i in p[part]]
         lo = sum(part.stop - part.start for part in parts[:me])
-        result = sampling.generate(model, rows, key=key, row_ids=np.asarray(rids), **kwargs)
+        result = sampler.generate(model, rows, key=key, row_ids=np.asarray(rids), **kwargs)
         out += result.sequences()[lo:lo + parts[me].stop - parts[me].start]
     return out

@@ -39,13 +39,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
 from jaxtom.models.decoder import Decoder
-from jaxtom.models.sampling_weights import samples_a_copy, sampling_params
+from jaxtom.sampling.weights import samples_a_copy, sampling_params
 from jaxtom.rl import logprobs, losses
 from jaxtom.rl.batch import Batch, batch_images, merge_rows, pad_rows_to, split_rows
 from jaxtom.rl.gradients import (accumulate, as_float32, combine_gradients,
                                  compensated_add, global_norm)
 from jaxtom.rl.placement import RowPlacement
-from jaxtom.rl.step_config import (  # noqa: F401  (re-exported: the step's public names)
+from jaxtom.rl.step_config import (
     REFERENCES, StepConfig, TrainState, make_optimizer, make_schedule)
 from jaxtom.rl.widths import score_widths, scored_positions
 
@@ -115,7 +115,7 @@ class Learner(RowPlacement):
 
     def sampling_model(self, state: TrainState) -> Decoder:
         """The model rollouts sample from: `model(state)` with its weights in the compute
-        dtype (`decoder.sampling_params`; the same model when the dtypes agree)."""
+        dtype (`jaxtom.sampling.weights.sampling_params`; the same model when the dtypes agree)."""
         model = self.model(state)
         cfg = model.config
         if not samples_a_copy(cfg):

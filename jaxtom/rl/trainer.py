@@ -37,7 +37,8 @@ from jaxtom.rl.checkpoint import Checkpointer
 from jaxtom.rl.logging import MetricsLogger
 from jaxtom.rl.losses import group_advantages
 from jaxtom.rl.preemption import StopSignal, TrainingStopped
-from jaxtom.rl.step import Learner, StepConfig, TrainState
+from jaxtom.rl.step import Learner
+from jaxtom.rl.step_config import StepConfig, TrainState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +286,7 @@ SHARED_ROW_QUANTUM = 64  # shared-prompt row lengths are bucketed: few compiled 
 
 def shared_row_len(longest: int) -> int:
     """The packed row length for a family of `longest` tokens: multiples of 64 up to 512,
-    then steps of a quarter of the current power of two (`sampling.bucket`: 640, 768, 896,
+    then steps of a quarter of the current power of two (`buckets.bucket`: 640, 768, 896,
     1024, 1280, ...), so rows of the papers' lengths (families of 8 completions of up to 512
     tokens) compile a dozen update programs, not one per multiple of 64, at <= 25% padding."""
     return bucket(longest, SHARED_ROW_QUANTUM, SHARED_ROW_QUANTUM)

@@ -147,7 +147,7 @@ def test_export_of_a_mindzero_run_writes_its_kept_model_and_tokenizer(tmp_path, 
     tokenizer.json, the kept model in RUN_DIR/checkpoint), made without training."""
     from jaxtom.commands.train import record_config
     from jaxtom.config import load_config
-    from jaxtom.mindzero.model_io import save_model
+    from jaxtom.models.orbax_io import save_model
     from jaxtom.mindzero.policy import train_bpe
     from jaxtom.mindzero.trainer import build_model
     from flax import nnx

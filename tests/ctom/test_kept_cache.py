@@ -5,7 +5,9 @@ re-prefill path's (tiny random model, scripted simulator)."""
 import jax
 import pytest
 
-from jaxtom import sampling
+from jaxtom.sampling import loop as sampling_loop
+
+from jaxtom.sampling import sampler
 from jaxtom.ctom import protocol as P
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import builtin_tasks
@@ -130,33 +132,35 @@ def test_phases_with_different_caps_share_decode_programs(tok, model):
     so phases with different caps in one cache-size bucket run one program."""
     cfg = ControllerConfig.for_domain("math", **{**CFG, "max_rounds": 1})
     calls = []
-    original = sampling.generate
+    original = sampler.generate
 
     def recording(*args, **kw):
         out = original(*args, **kw)
         calls.append((out.state.cache.k.shape, kw["buffer_len"], kw["max_new_tokens"]))
         return out
 
-    sampling._COMPILED.clear()  # fresh jit wrappers: earlier programs do not count
-    before = sampling.TRACE_COUNT["decode"]
-    sampling.generate = recording
+    sampling_loop._COMPILED.clear()  # fresh jit wrappers: earlier programs do not count
+    before = sampling_loop.TRACE_COUNT["decode"]
+    sampler.generate = recording
     try:
         run_conversations([MATH, WRITE], SamplerPolicy(model, tok, temperature=0.0),
                           ScriptedSimulator(run_code=False), tok, cfg, key=jax.random.key(0))
     finally:
-        sampling.generate = original
+        sampler.generate = original
     assert {buf for _, buf, _ in calls} == {cfg.largest_cap}
     shapes = {shape for shape, _, _ in calls}
     caps_per_shape = [{cap for s, _, cap in calls if s == shape} for shape in shapes]
     assert max(map(len, caps_per_shape)) >= 2  # some program served several caps
-    assert sampling.TRACE_COUNT["decode"] - before <= len(shapes)
+    assert sampling_loop.TRACE_COUNT["decode"] - before <= len(shapes)
 
 
 SHARDED_STORE = r"""
 import json
 import jax, numpy as np
 from flax import nnx
-from jaxtom import parallel, sampling
+from jaxtom import parallel
+from jaxtom.sampling import loop as sampling_loop
+from jaxtom.sampling import sampler
 from jaxtom.ctom import kept_cache
 from jaxtom.ctom.kept_cache import KeptCaches
 from jaxtom.models import init_decoder
@@ -169,7 +173,7 @@ plain = init_decoder(cfg, seed=1)
 mesh = parallel.make_mesh(data=2, fsdp=2, tensor=2)
 graphdef, state = nnx.split(init_decoder(cfg, seed=1))
 sharded = nnx.merge(graphdef, parallel.place_state(state, mesh))
-want = sampling.cache_sharding(mesh)
+want = sampling_loop.cache_sharding(mesh)
 rng = np.random.default_rng(0)
 caches = {"plain": KeptCaches(plain), "sharded": KeptCaches(sharded)}
 contexts = {}
@@ -200,7 +204,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_store_is_sharded_like_the_kv_cache_on_8_devices():
-    """On a (2, 2, 2) mesh the store's arrays keep `sampling.cache_sharding` through growth
+    """On a (2, 2, 2) mesh the store's arrays keep `sampling_loop.cache_sharding` through growth
     in rows and slots (conversations over data x fsdp, kv heads over tensor): each device
     holds 1/8 of it, never a replica; greedy samples equal the unsharded model's."""
     from tests.simulated import run_on_devices

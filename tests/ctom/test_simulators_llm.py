@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import pytest
 
-from jaxtom import sampling
+from jaxtom.sampling import sampler
 from jaxtom.ctom.controller import ControllerConfig, run_conversations
 from jaxtom.ctom.data import builtin_tasks
 from jaxtom.ctom.policies import SamplerPolicy, ScriptedPolicy
@@ -15,7 +15,8 @@ from jaxtom.ctom.prompts import SIMULATOR_PROMPTS
 from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.simulators import SimRequest, SimulatorError
 from jaxtom.ctom.simulators_llm import LLMSimulator
-from jaxtom.ctom.train import CToMSettings, make_simulator
+from jaxtom.ctom.train import make_simulator
+from jaxtom.ctom.config import CToMSettings
 
 from .tiny_chat import chatml_bpe, tiny_chat_model
 
@@ -44,7 +45,7 @@ def req(task, *history, final=False):
 class Recorder:
     """Wraps a generate function; keeps what the simulator handed the sampler."""
 
-    def __init__(self, fn=sampling.generate):
+    def __init__(self, fn=sampler.generate):
         self.fn, self.calls = fn, []
 
     def __call__(self, model, prompts, **kw):

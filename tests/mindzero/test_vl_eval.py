@@ -14,7 +14,7 @@ import pytest
 from jaxtom import flops
 from jaxtom.config import load_config
 from jaxtom.mindzero import trainer as text_trainer
-from jaxtom.mindzero.model_io import save_model
+from jaxtom.models.orbax_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.run import evaluate_run
 from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model

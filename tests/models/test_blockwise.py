@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jaxtom.models import attention, blockwise, decoder, init_decoder
-from jaxtom.plan import xla_memory
+from jaxtom.plan_shapes import xla_memory
 from tests.models.test_query_blocks import (CFG, assert_same_forward, packed_forward,
                                              row_mask, shared_prompt_row)
 from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close

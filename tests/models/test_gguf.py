@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from jaxtom import models, sampling
+from jaxtom import models
+
+from jaxtom.sampling import sampler
 from tests.tolerance import assert_close, decoder_depth, decoder_reduction, is_close
 
 pytest.importorskip("accelerate", reason="transformers needs accelerate to read GGUF")
@@ -42,7 +44,7 @@ def test_smollm2_greedy_matches_transformers(smollm2):
 
     model = models.from_pretrained(smollm2)
     check_smollm2_config(model.config)
-    ours = sampling.generate(model, [ids], max_new_tokens=20, temperature=0.0)
+    ours = sampler.generate(model, [ids], max_new_tokens=20, temperature=0.0)
     assert ours.sequences()[0] == ref
     assert "Paris" in tok.decode(ref)
     logits = np.asarray(model(np.asarray([ids])))

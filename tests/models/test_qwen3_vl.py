@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from jaxtom.models import image_processing, mrope, vl_sampling
+from jaxtom.models import image_processing, mrope
+
+from jaxtom.sampling import vl as vl_sampling
 from jaxtom.models.qwen3_vl import prepare_batch
 from jaxtom.models.tiny_vl import save_tiny_vl_hf
 from jaxtom.models.vl_io import from_pretrained_vl, save_pretrained_vl

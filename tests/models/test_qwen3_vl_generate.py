@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from jaxtom.models import image_processing, vl_sampling
+from jaxtom.models import image_processing
+
+from jaxtom.sampling import vl as vl_sampling
 from jaxtom.models.qwen3_vl import prepare_batch
 from jaxtom.models.vl_io import from_pretrained_vl, save_pretrained_vl
 
@@ -67,7 +69,7 @@ ref = np.asarray(forward(one))
 out = forward(sharded, mesh)
 gen = None
 if GENERATE:
-    from jaxtom.models import vl_sampling
+    from jaxtom.sampling import vl as vl_sampling
     gen = [vl_sampling.generate(m, prompts, images, preprocessed=True, max_new_tokens=4,
                                 temperature=0).sequences() for m in (one, sharded)]
 qkv = sharded.visual.blocks.qkv[...].sharding.spec

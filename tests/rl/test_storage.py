@@ -246,7 +246,7 @@ def test_relative_workdir_refused_on_many_processes(monkeypatch):
 
 
 def _tiny_state(value: float, step: int):
-    from jaxtom.rl.step import TrainState
+    from jaxtom.rl.step_config import TrainState
     return TrainState(step=jnp.int32(step), params={"w": jnp.full((4,), value)}, frozen=None,
                       ref_params=None, opt_state=(jnp.full((4,), -value),),
                       rng=jnp.zeros((2,), jnp.uint32))

@@ -9,7 +9,7 @@ their meaning: `data.train_episodes` / `data.eval_episodes` episodes on the trai
 apartments, `data.max_steps` the step budget (OWAH: 200), `data.num_particles` the n of Figure
 9, `data.observation` `figure` (Figure 9's prompt) or `compact` (a short line for the tiny
 model), `warmup.teacher` `approached` (the label-free observation teacher of
-`jaxtom.household.data`) or `random`, `reward.*` the ELBO's weights. Override any household
+`jaxtom.mindzero.household.data`) or `random`, `reward.*` the ELBO's weights. Override any household
 field by its dotted path, e.g. `mindzero.household.likelihood=llm`.
 
 Table 2's ablations are switches: w/o prior `mindzero.household.prior=none` (or
@@ -128,7 +128,7 @@ class HouseholdMindZero(MindZeroSection):
             for f in dataclasses.fields(RewardConfig):
                 check(getattr(self.reward, f.name) == f.default, f"reward.{f.name}",
                       f"{f.default!r} for mindzero.data.task='household_qa' (its reward, "
-                      "`household.qa.rewards`, has no settings)", getattr(self.reward, f.name))
+                      "`mindzero.household.qa.rewards`, has no settings)", getattr(self.reward, f.name))
             for name in ("likelihood", "prior", "scorer"):
                 check(getattr(h, name) == getattr(HouseholdSpec(), name), f"household.{name}",
                       f"{getattr(HouseholdSpec(), name)!r} for mindzero.data.task="

@@ -14,9 +14,10 @@ method puts outside H is lost), top-1 (the true goal is the most probable partic
 the credit), KL(exact || smoothed q) over H, and TFLOPs per query (appendix A.2:
 2 x active parameters x tokens). Means with episode-clustered SEs and the trained model's paired
 margin over each method (`jaxtom.eval.metrics`). The assistance (speedup) and QA (accuracy)
-columns of Tables 1b / 4b come from `jaxtom.household.evaluate_assist.evaluate_run_assistance`
-(with `eval.assistance`) and `jaxtom.mindzero.household.qa_ssrl.evaluate_run_qa` (with
-`eval.qa_episodes > 0`), called with the same models and held-out episodes.
+columns of Tables 1b / 4b come from
+`jaxtom.mindzero.household.evaluate_assist.evaluate_run_assistance` (with `eval.assistance`) and
+`jaxtom.mindzero.household.qa_ssrl.evaluate_run_qa` (with `eval.qa_episodes > 0`), called with
+the same models and held-out episodes.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import numpy as np
 from jaxtom import storage
 from jaxtom import flops
 from jaxtom.eval import metrics
-from jaxtom.household import data as hd
-from jaxtom.household.evaluate_assist import evaluate_run_assistance
+from jaxtom.mindzero.household import data as hd
+from jaxtom.mindzero.household.evaluate_assist import evaluate_run_assistance
 from jaxtom.household.goals import Goal
 from jaxtom.mindzero.household.qa_ssrl import evaluate_run_qa
 
@@ -127,7 +128,7 @@ def baseline_beliefs(episodes, rows, exact, num_particles: int, seed: int) -> di
 def model_beliefs(model, codec, episodes, rows, *, observation: str, num_particles: int,
                   max_new_tokens: int, temperature: float, seed: int, chunk: int = 128):
     """(parse results, completions, tokens per query) of a model on every row."""
-    from jaxtom.household.particles import parse_particles
+    from jaxtom.mindzero.household.particles import parse_particles
     from jaxtom.mindzero.policy import sample_completions
     render = hd.get_observation(observation)
     parsed, texts, tokens = [], [], []

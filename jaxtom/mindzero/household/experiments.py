@@ -21,7 +21,7 @@ from jaxtom.mindzero.household.config import HouseholdMindZero, HouseholdSpec
 from jaxtom.mindzero.config import DataSpec, EvalSpec, WarmupSpec
 from jaxtom.mindzero.experiments import TINY_MODEL, paper_config, qa_tiny_config
 from jaxtom.mindzero.reward import RewardConfig
-from jaxtom.rl.step import StepConfig
+from jaxtom.rl.step_config import StepConfig
 from jaxtom.rl.trainer import TrainerConfig
 
 # 968 training timesteps / 32 prompts per step x 20 epochs
@@ -91,7 +91,7 @@ def household_qa_tiny_config() -> Config:
     3 and 6; a 100-step random-letter warm-up (never the answer), then 300 SSRL steps of 8
     questions, each also asked with its options swapped, x 8 one-token answers (lr 3e-4 ->
     3e-5, KL 0.05 to the starting model), rewarded by the planner's likelihood of the person's
-    last action under the chosen option (`household.qa.rewards`, no label)."""
+    last action under the chosen option (`mindzero.household.qa.rewards`, no label)."""
     base = qa_tiny_config()  # model, optimiser, sampling, warm-up: the gridworld QA default's
     mz = base.mindzero
     return dataclasses.replace(

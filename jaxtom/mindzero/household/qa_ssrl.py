@@ -20,8 +20,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxtom.household import qa
-from jaxtom.household.qa_answers import parse_answer
+from jaxtom.mindzero.household import qa
+from jaxtom.mindzero.household.qa_answers import parse_answer
 from jaxtom.household.text import natural
 from jaxtom.mindzero import qa as mindzero_qa
 from jaxtom.mindzero.qa import QARollout as MindZeroQARollout
@@ -152,7 +152,7 @@ class HouseholdQA:
     parse = staticmethod(parse_answer)
 
     def sets(self, config) -> tuple[HouseholdQASet, HouseholdQASet]:
-        from jaxtom.household import data as hd
+        from jaxtom.mindzero.household import data as hd
         seed = config.trainer.seed + config.mindzero.household.seed_offset
         out = []
         for split, offset in (("train", 0), ("test", 1)):

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from jaxtom.household.goals import Goal
-from jaxtom.household.reward import clean_scores
+from jaxtom.mindzero.household.qa_reward import clean_scores
 from jaxtom.mindzero.reward import RewardConfig
 
 PUBLIC_FORMAT_PENALTY = math.log(1e-10)  # -23.03, the public code's malformed reward
@@ -104,7 +104,7 @@ def particle_rewards(results: Sequence, log_likelihood_fn: GoalScoreFn,
     over each sample's context, or the symbolic planner). The prior is skipped (not called)
     when `log_prior_fn` is None or `cfg.prior_weight` is 0. Returns (reward [B], terms).
     """
-    from jaxtom.household.particles import to_arrays
+    from jaxtom.mindzero.household.particles import to_arrays
 
     goals, q, ok = to_arrays(results, max_particles)
     samples = [b for b, gs in enumerate(goals) for _ in gs]

@@ -1,7 +1,7 @@
 """Household MindZero on the one trainer (`jaxtom.rl.trainer.Trainer`): format warm-up, then SSRL.
 
 Same two phases as the gridworld (`jaxtom.mindzero.trainer`), household parts plugged in:
-the warm-up is a supervised rollout on the label-free teacher of `jaxtom.household.data`
+the warm-up is a supervised rollout on the label-free teacher of `jaxtom.mindzero.household.data`
 (advantage 1: exactly the NLL gradient); SSRL samples `group_size` Figure 9 particle
 completions per (episode, t) prompt, parses them (`particles.parse_particles`, train rule:
 exactly n distinct goals), and rewards them with the ELBO of `mindzero.household.reward`:
@@ -37,9 +37,9 @@ import jax
 import numpy as np
 
 from jaxtom import storage
-from jaxtom.household import data as hd
+from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household import reward as hr
-from jaxtom.household.particles import parse_particles, to_arrays
+from jaxtom.mindzero.household.particles import parse_particles, to_arrays
 from jaxtom.mindzero import trainer as mz
 from jaxtom.mindzero.policy import Codec, train_bpe
 from jaxtom.mindzero.warmup import teacher_rollout
@@ -130,7 +130,8 @@ def teacher_budget(config, codec: Codec, episodes, samples: int = 256) -> int:
 def option_scorer(config, model=None, codec: Codec | None = None):
     """The LLM estimators' scorer (cached): an HTTP server, or `model` (the policy's frozen
     starting weights) through its tokenizer."""
-    from jaxtom.household.llm_scoring import CachedScorer, HTTPScorer, ModelScorer
+    from jaxtom.mindzero.household.llm_scoring import CachedScorer, ModelScorer
+    from jaxtom.mindzero.household.llm_scoring_http import HTTPScorer
     h = config.mindzero.household
     if h.scorer == "http":
         if not h.url():
@@ -184,7 +185,7 @@ class RewardTerms:
                     best = max(ll[b, :len(goals[b])].max() for b in np.flatnonzero(rows))
                     ll[rows] -= best
         else:
-            from jaxtom.household.llm_prompts import LikelihoodQuery, llm_log_likelihood
+            from jaxtom.mindzero.household.llm_prompts import LikelihoodQuery, llm_log_likelihood
             contexts = {}
             queries = []
             for b, _, g in flat:
@@ -201,7 +202,7 @@ class RewardTerms:
             for b, i, g in flat:
                 lp[b, i] = log_prior(g, self.episodes[int(episode[b])].apartment)
         elif self.prior == "llm":
-            from jaxtom.household.llm_prompts import llm_log_prior
+            from jaxtom.mindzero.household.llm_prompts import llm_log_prior
             scores = llm_log_prior(self.scorer, [g for _, _, g in flat],
                                    option_prefix=self.prefix)
             for (b, i, _), s in zip(flat, scores):
@@ -213,7 +214,7 @@ def all_time_context(episode, t: int):
     """The public reward's all-time likelihood question at t: the initial state, the key
     actions a_0..a_{t-1}, no separate next action."""
     from jaxtom.household import text
-    from jaxtom.household.llm_prompts import LikelihoodContext
+    from jaxtom.mindzero.household.llm_prompts import LikelihoodContext
     s0 = episode.states[0]
     return LikelihoodContext(state=text.apartment_text(s0) + "\n" + text.agent_text(s0),
                              history=tuple(text.key_actions(episode.states, episode.actions, t)),

@@ -9,7 +9,7 @@ from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero.household import train as ht
 from jaxtom.household.goals import Goal
-from jaxtom.household.particles import format_particles
+from jaxtom.mindzero.household.particles import format_particles
 from jaxtom.mindzero.warmup import WarmupCollapsed
 
 TINY = "configs/mindzero_household_tiny.py"
@@ -146,7 +146,7 @@ def test_a_failed_household_warmup_is_retried_then_stops(tmp_path):
 def test_balance_episodes_gives_every_episode_the_same_rows():
     """`mindzero.household.balance_episodes` (on in the CPU default) reaches the prompts the
     warm-up and SSRL read."""
-    from jaxtom.household import data as hd
+    from jaxtom.mindzero.household import data as hd
     over = ["mindzero.data.train_episodes=6"]
     plain = load_config(TINY, over + ["mindzero.household.balance_episodes=false"])
     even = load_config(TINY, over)  # the default balances

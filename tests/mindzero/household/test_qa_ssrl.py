@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxtom.household import qa
+from jaxtom.mindzero.household import qa
 from jaxtom.mindzero.household import qa_ssrl
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes

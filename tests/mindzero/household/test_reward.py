@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxtom.household.goals import Goal
-from jaxtom.household.particles import format_particles, parse_particles
+from jaxtom.mindzero.household.particles import format_particles, parse_particles
 from jaxtom.mindzero.household.reward import (PUBLIC_FORMAT_PENALTY, elbo_reward, penalty,
                                               particle_rewards)
 from jaxtom.mindzero.reward import RewardConfig

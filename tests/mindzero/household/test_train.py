@@ -8,7 +8,7 @@ import pytest
 
 from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
-from jaxtom.household import data as hd
+from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household import train as ht
 
 TINY = "configs/mindzero_household_tiny.py"

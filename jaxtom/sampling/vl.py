@@ -16,7 +16,9 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxtom import parallel, sampling
+from jaxtom import parallel
+
+from jaxtom.sampling import sampler
 from jaxtom.models.qwen3_vl import Qwen3VL, prepare_batch
 
 _PREFILL: dict[Any, Any] = {}
@@ -25,7 +27,7 @@ TRACE_COUNT = {"prefill": 0}
 
 
 def image_buckets(images: Sequence[Sequence], cfg) -> tuple[int | None, int | None]:
-    """(patches per image, images) padded to geometric buckets (`sampling.bucket`), so that
+    """(patches per image, images) padded to geometric buckets (`sampler.bucket`), so that
     prompts with varied image sizes and counts share a few compiled prefill programs."""
     from jaxtom.models.image_processing import smart_resize
 
@@ -42,7 +44,7 @@ def image_buckets(images: Sequence[Sequence], cfg) -> tuple[int | None, int | No
             sizes.append(rh * rw // v.patch_size ** 2)
     if not count:
         return None, None
-    return (sampling.bucket(max(sizes), 64, cfg.vision.merge_unit), sampling.bucket(count, 1))
+    return (sampler.bucket(max(sizes), 64, cfg.vision.merge_unit), sampler.bucket(count, 1))
 
 
 def _prefill_fn(graphdef, mesh):
@@ -59,9 +61,9 @@ def _prefill_fn(graphdef, mesh):
 def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequence = (), *,
                   buffer_len: int, max_cache_len: int | None = None, pad_id: int = 0,
                   preprocessed: bool = False, num_patches: int | None = None
-                  ) -> tuple[sampling.ResumeState, list[list[int]]]:
+                  ) -> tuple[sampler.ResumeState, list[list[int]]]:
     """Caches every prompt token but the last (images included); returns the resume state
-    and each row's remaining last token, for `sampling.generate(model.language_model, ...)`.
+    and each row's remaining last token, for `sampler.generate(model.language_model, ...)`.
     """
     cfg = model.config
     lm = model.language_model
@@ -77,8 +79,8 @@ def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequ
         raise ValueError("a prompt may not end with an image token; end it with text (e.g. "
                          "the chat template's assistant header)")
     starts = (lengths - 1).astype(np.int32)
-    B, S = sampling.call_shape(lm, starts, [1] * n, buffer_len, max_cache_len)
-    T = min(sampling.bucket(int(lengths.max()), 8), S)
+    B, S = sampler.call_shape(lm, starts, [1] * n, buffer_len, max_cache_len)
+    T = min(sampler.bucket(int(lengths.max()), 8), S)
     # positions shifted by -delta so that each row continues at its slot index
     positions = batch.positions - batch.rope_deltas[None, :, None]
     ids = np.full((B, T), pad_id, np.int32)
@@ -88,8 +90,8 @@ def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequ
     ids[:n, :width] = batch.input_ids[:, :width]
     pos[:, :n, :width] = positions[:, :, :width]
     index[:n, :width] = batch.image_index[:, :width]
-    mesh = sampling.model_mesh(lm)
-    cache = sampling.zeros_cache(lm.config, B, S, mesh)
+    mesh = sampler.model_mesh(lm)
+    cache = sampler.zeros_cache(lm.config, B, S, mesh)
     inputs = (ids, pos, index, batch.vision, np.zeros(B, np.int32))
     if mesh is not None:
         # placed explicitly (several processes accept no host arrays): rows over the batch
@@ -103,22 +105,22 @@ def prefill_cache(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequ
     graphdef, state = nnx.split(model)
     ids, pos, index, vision, starts0 = inputs
     cache = _prefill_fn(graphdef, mesh)(state, ids, pos, index, vision, cache, starts0)
-    return sampling.ResumeState(cache, starts), [[int(t)] for t in last]
+    return sampler.ResumeState(cache, starts), [[int(t)] for t in last]
 
 
 def generate(model: Qwen3VL, prompts: Sequence[Sequence[int]], images: Sequence = (), *,
              max_new_tokens: int, buffer_len: int | None = None,
              max_cache_len: int | None = None, pad_id: int = 0, preprocessed: bool = False,
-             num_patches: int | None = None, **sampling_kwargs) -> sampling.GenerationResult:
-    """`sampling.generate` for image+text prompts: `prompts[b]` (token ids with one
+             num_patches: int | None = None, **sampling_kwargs) -> sampler.GenerationResult:
+    """`sampler.generate` for image+text prompts: `prompts[b]` (token ids with one
     `<|image_pad|>` per image) and `images[b]` (PIL images or uint8 [H, W, 3] arrays).
     Other keywords (temperature, top_p, top_k, stop, key, tokenizer, row_ids) are the
     sampler's."""
     if buffer_len is None:
-        buffer_len = sampling.bucket(max_new_tokens, 16)
+        buffer_len = sampler.bucket(max_new_tokens, 16)
     resume, last = prefill_cache(model, prompts, images, buffer_len=buffer_len,
                                  max_cache_len=max_cache_len, pad_id=pad_id,
                                  preprocessed=preprocessed, num_patches=num_patches)
-    return sampling.generate(model.language_model, last, max_new_tokens=max_new_tokens,
+    return sampler.generate(model.language_model, last, max_new_tokens=max_new_tokens,
                              resume=resume, buffer_len=buffer_len, max_cache_len=max_cache_len,
                              pad_id=pad_id, **sampling_kwargs)

@@ -138,7 +138,7 @@ class PolicyBelief(ModelBelief):
     training data's observation (`data.get_observation(observation)` on `ctx.episode()` at
     `ctx.t`), the completion is parsed leniently (`particles.parse_particles`, eval mode); a
     failed parse keeps the previous belief. `sample(prompt_ids, call) -> token ids` defaults to
-    `jaxtom.sampling.generate` (temperature 0.6 as the public evaluation). `tflops` is
+    `jaxtom.sampling.sampler.generate` (temperature 0.6 as the public evaluation). `tflops` is
     2 x active parameters x the mean tokens (prompt + completion) per run, in TFLOPs."""
 
     def __init__(self, model, codec, *, name: str = "MindZero", observation: str = "compact",
@@ -166,8 +166,8 @@ class PolicyBelief(ModelBelief):
         return out.sequences()[0]
 
     def _propose(self, ctx):
-        from jaxtom.household.data import get_observation
-        from jaxtom.household.particles import parse_particles
+        from jaxtom.mindzero.household.data import get_observation
+        from jaxtom.mindzero.household.particles import parse_particles
         prompt = self.codec.prompt_ids(get_observation(self.observation)(
             ctx.episode(), ctx.t, self.num_particles))
         completion = self.sample(prompt, self.calls)
@@ -190,14 +190,14 @@ class PolicyBelief(ModelBelief):
 # --- the goal space and the symbolic likelihood -----------------------------------------------
 def goal_space(apartment) -> list[Goal]:
     """Every goal the task generator can draw in `apartment` (`data.goal_support`, ~660)."""
-    from jaxtom.household.data import goal_support  # lazy: data imports grain
+    from jaxtom.mindzero.household.data import goal_support  # lazy: data imports grain
     return list(goal_support(apartment))
 
 
 def goal_prior(goals: list[Goal]) -> np.ndarray:
     """The generator's shape on the goal space (`data.support_log_prior`: tasks uniform,
     goals uniform within their task), normalised."""
-    from jaxtom.household.data import support_log_prior
+    from jaxtom.mindzero.household.data import support_log_prior
     w = np.exp(support_log_prior(goals))
     return w / w.sum()
 

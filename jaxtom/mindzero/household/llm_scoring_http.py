@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from jaxtom.household.llm_scoring import OptionQuery, ScoringError, check_queries
+from jaxtom.mindzero.household.llm_scoring import OptionQuery, ScoringError, check_queries
 from jaxtom.http_client import HTTPFailure
 from jaxtom.http_client import post_json as http_post_json
 

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from jaxtom.household import catalog
-from jaxtom.household import data as hd
+from jaxtom.mindzero.household import data as hd
 from jaxtom.household.apartments import TEST_APARTMENTS, TRAIN_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
-from jaxtom.household.particles import parse_particles
+from jaxtom.mindzero.household.particles import parse_particles
 
 
 @pytest.fixture(scope="module")

@@ -81,7 +81,7 @@ def run_seed(seed: int, episode: int, run: int) -> int:
 
 
 def default_sources() -> list:
-    from jaxtom.household.assist import SMC, ExactPosterior, Oracle, RandomGoal
+    from jaxtom.mindzero.household.assist import SMC, ExactPosterior, Oracle, RandomGoal
     return [Oracle(), ExactPosterior(), SMC(), RandomGoal()]
 
 
@@ -91,7 +91,7 @@ def evaluate_helpers(tasks, sources=None, *, runs: int = 3, seed: int = 0, cfg=N
     apartments' episodes' tasks): each helper's speedup over the person alone, with the same
     run seeds for every method. A source's `tflops` attribute (model-driven helpers: TFLOPs
     per episode) goes in the TFLOPs column."""
-    from jaxtom.household.assist import AssistConfig, run_assisted
+    from jaxtom.mindzero.household.assist import AssistConfig, run_assisted
     cfg = cfg or AssistConfig()
     sources = default_sources() if sources is None else list(sources)
     seeds = [[run_seed(seed, e, r) for r in range(runs)] for e in range(len(tasks))]
@@ -118,8 +118,8 @@ def evaluate_run_assistance(cfg, models: dict, test) -> dict:
     episodes' tasks (`eval.assist_episodes` of them, 0: all), `len(eval.seeds)` runs each,
     the person as the run's data made it (`household.observability`). {} when
     `eval.assistance` is off."""
-    from jaxtom.household import data as hd
-    from jaxtom.household.assist import AssistConfig, PolicyBelief
+    from jaxtom.mindzero.household import data as hd
+    from jaxtom.mindzero.household.assist import AssistConfig, PolicyBelief
     e_cfg, d = cfg.mindzero.eval, cfg.mindzero.data
     if not e_cfg.assistance:
         return {}

@@ -11,10 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from jaxtom.household.llm_scoring import (CachedScorer, HTTPScorer, ModelScorer, OptionQuery,
-                                          ScoringError, normalise_logprobs, score_options,
-                                          top_k_option_logprobs)
-from jaxtom.household.llm_scoring_http import _echoed_option_logprob
+from jaxtom.mindzero.household.llm_scoring import (CachedScorer, ModelScorer, OptionQuery,
+                                                   ScoringError, normalise_logprobs,
+                                                   score_options)
+from jaxtom.mindzero.household.llm_scoring_http import (HTTPScorer, _echoed_option_logprob,
+                                                        top_k_option_logprobs)
 
 PROMPTS = [
     "Human walks towards the fridge. Is this likely? Answer:",

@@ -24,7 +24,7 @@ Backends
     and run only their own tokens on top of it. With `chat=True` the prompt is one user
     message through the tokenizer's chat template (`chat_options`, e.g.
     enable_thinking=False), as a chat server would render it.
-  * `HTTPScorer(base_url, model, mode=...)` (module `llm_scoring_http`, re-exported here): an
+  * `HTTPScorer(base_url, model, mode=...)` (module `llm_scoring_http`): an
     OpenAI-compatible server (vLLM). `mode="completions"`: `/completions` with `echo` and `logprobs`, one request per query
     holding every `prompt + option` text, the option's tokens found by their text offsets
     (exact, any option length). `mode="chat_top_logprobs"`: the public code's estimator,
@@ -39,7 +39,7 @@ Backends
     call, cost nothing. `hits`, `misses`, `stats()`.
 
 Also: `score_options(scorer, prompt, options, normalised=)` for one query, `check_queries`,
-`post_json` (the HTTP policy) and `top_k_option_logprobs` (reading a top-k list).
+and, in `llm_scoring_http`, `top_k_option_logprobs` (reading a top-k list).
 
 Bad input raises `ValueError` naming the query: no options, an empty option, an empty prompt,
 or (model backend) a prompt plus option longer than the model's context.
@@ -374,15 +374,3 @@ class CachedScorer:
 
     def clear(self) -> None:
         self._store.clear()
-
-
-# the HTTP backend lives in its own module (which imports this one); re-exported lazily so
-# one import serves every backend
-_HTTP_NAMES = ("HTTPScorer", "post_json", "top_k_option_logprobs")
-
-
-def __getattr__(name):
-    if name in _HTTP_NAMES:
-        from jaxtom.household import llm_scoring_http
-        return getattr(llm_scoring_http, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

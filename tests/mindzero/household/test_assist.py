@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jaxtom.household.evaluate_assist import markdown, paired_margin, speedup_row, speedups
+from jaxtom.mindzero.household.evaluate_assist import markdown, paired_margin, speedup_row, speedups
 
 
 def test_speedups_excludes_failed_pairs():
@@ -27,10 +27,10 @@ def test_row_and_margin():
 # --- the helper in the simulator ---------------------------------------------------------------
 import functools
 
-from jaxtom.household import assist
+from jaxtom.mindzero.household import assist
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
-from jaxtom.household.evaluate_assist import evaluate_helpers
+from jaxtom.mindzero.household.evaluate_assist import evaluate_helpers
 from jaxtom.household.goals import Goal
 from jaxtom.household.helper_beliefs import Commitment
 from jaxtom.household.human import HumanParams
@@ -131,7 +131,7 @@ def test_speedup_ordering_with_exact_posterior_over_seeds():
 
 
 def test_policy_belief_prompts_parses_and_counts_tokens():
-    from jaxtom.household.particles import format_particles
+    from jaxtom.mindzero.household.particles import format_particles
     task = _tasks()[2]
 
     class Codec:
@@ -169,7 +169,7 @@ def _run_cfg(**eval_kw):
 
 
 def test_eval_hooks_give_tables_one_b_and_four_b(monkeypatch):
-    from jaxtom.household import evaluate_assist
+    from jaxtom.mindzero.household import evaluate_assist
     from jaxtom.mindzero.household.qa_ssrl import evaluate_run_qa
     monkeypatch.setattr(evaluate_assist, "default_sources",  # the exact posterior is slow
                         lambda: [assist.Oracle(), assist.RandomGoal()])

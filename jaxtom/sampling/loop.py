@@ -1,5 +1,5 @@
 """The sampler's device side: the jitted prefill and `while_loop` decode programs, their static
-settings and run-time inputs, and how each row picks its next token (`jaxtom.sampling.generate`
+settings and run-time inputs, and how each row picks its next token (`jaxtom.sampling.sampler.generate`
 sizes and calls them; `jaxtom.plan` compiles them on abstract inputs).
 
 Sampling is per row: row i's token at step t is drawn with `fold_in(fold_in(key, row_ids[i]),
@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtom import parallel
 from jaxtom.models.decoder import CACHE_AXES, CACHE_SEQ_AXIS, KVCache
-from jaxtom.stop_strings import MATCHED
+from jaxtom.sampling.stop_strings import MATCHED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,7 @@ class SamplingInputs(NamedTuple):
     top_k: jax.Array
     top_p: jax.Array
     stop_ids: jax.Array  # [n] int32, -1 padded
-    stop_tables: jax.Array  # [n_strings, depth, vocab] int16 (see jaxtom.stop_strings)
+    stop_tables: jax.Array  # [n_strings, depth, vocab] int16 (see jaxtom.sampling.stop_strings)
     explore_after: jax.Array  # [m] int32, -1 padded: the token after one of these is drawn
     explore_temperature: jax.Array  # at this temperature instead (see `generate`),
     explore_tokens: jax.Array  # [k] int32, -1 padded: from these ids only (all if none)

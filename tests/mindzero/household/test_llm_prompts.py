@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from jaxtom.household.goals import Goal
-from jaxtom.household.llm_prompts import (LikelihoodContext, LikelihoodQuery,
+from jaxtom.mindzero.household.llm_prompts import (LikelihoodContext, LikelihoodQuery,
                                           likelihood_fn, likelihood_prompt, llm_log_likelihood,
                                           llm_log_prior, prior_fn, prior_prompt)
-from jaxtom.household.llm_scoring import CachedScorer
+from jaxtom.mindzero.household.llm_scoring import CachedScorer
 
 STATE = "The kitchen has 1 fridge, 1 dishwasher.\n- The fridge contains 2 apple."
 HISTORY = ("Human grabs the plate", "Human puts the plate in the dishwasher")

@@ -51,8 +51,8 @@ import numpy as np
 from jaxtom.household import catalog, text
 from jaxtom.household.goals import Goal
 from jaxtom.household.human import Belief, action_probability, needs
-from jaxtom.household.qa_answers import accuracy_by_type
-from jaxtom.household.reward import QA_FLOOR, qa_reward
+from jaxtom.mindzero.household.qa_answers import accuracy_by_type
+from jaxtom.mindzero.household.qa_reward import QA_FLOOR, qa_reward
 from jaxtom.household.world import HELD, State, open_
 
 QUESTION_TYPES = ("1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "2.4")

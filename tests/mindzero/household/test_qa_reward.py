@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxtom.household.reward import qa_reward
+from jaxtom.mindzero.household.qa_reward import qa_reward
 
 
 def test_qa_reward():

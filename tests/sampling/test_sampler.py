@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from jaxtom import models, sampling
+from jaxtom import models
+
+from jaxtom.sampling import loop as sampling_loop
+
+from jaxtom.sampling import sampler
 from jaxtom.models.decoder import CACHE_SEQ_AXIS
 from jaxtom.models.tiny import save_tiny_hf
 from jaxtom.tokenizer import Tokenizer
@@ -54,7 +58,7 @@ def llama(tmp_path_factory):
 @pytest.mark.parametrize("which", ["qwen", "llama"])
 def test_greedy_matches_transformers_generate(request, which):
     model, torch_model = request.getfixturevalue(which)
-    result = sampling.generate(model, PROMPTS, max_new_tokens=32, temperature=0.0)
+    result = sampler.generate(model, PROMPTS, max_new_tokens=32, temperature=0.0)
     assert result.tokens.shape == (3, 32) and list(result.lengths) == [32, 32, 32]
     for prompt, ours in zip(PROMPTS, result.sequences()):
         with torch.no_grad():
@@ -65,7 +69,7 @@ def test_greedy_matches_transformers_generate(request, which):
 
 def test_logprobs_are_model_logprobs(qwen):
     model, _ = qwen
-    result = sampling.generate(model, PROMPTS[:1], max_new_tokens=12, temperature=1.0,
+    result = sampler.generate(model, PROMPTS[:1], max_new_tokens=12, temperature=1.0,
                                key=jax.random.key(0))
     seq = PROMPTS[0] + result.sequences()[0]
     logp = jax.nn.log_softmax(model(np.asarray([seq])), -1)[0, len(PROMPTS[0]) - 1:-1]
@@ -80,38 +84,38 @@ def test_logprobs_are_model_logprobs(qwen):
 def test_same_key_same_samples_and_filters(qwen):
     model, _ = qwen
     kw = dict(max_new_tokens=16, temperature=1.0, key=jax.random.key(7))
-    a, b = sampling.generate(model, PROMPTS, **kw), sampling.generate(model, PROMPTS, **kw)
+    a, b = sampler.generate(model, PROMPTS, **kw), sampler.generate(model, PROMPTS, **kw)
     assert np.array_equal(a.tokens, b.tokens)
-    c = sampling.generate(model, PROMPTS, **{**kw, "key": jax.random.key(8)})
+    c = sampler.generate(model, PROMPTS, **{**kw, "key": jax.random.key(8)})
     assert not np.array_equal(a.tokens, c.tokens)
-    greedy = sampling.generate(model, PROMPTS, max_new_tokens=16, temperature=0.0)
+    greedy = sampler.generate(model, PROMPTS, max_new_tokens=16, temperature=0.0)
     for filt in (dict(top_k=1), dict(top_p=1e-6)):
-        assert np.array_equal(sampling.generate(model, PROMPTS, **kw, **filt).tokens,
+        assert np.array_equal(sampler.generate(model, PROMPTS, **kw, **filt).tokens,
                               greedy.tokens)
-    top3 = sampling.generate(model, PROMPTS, **{**kw, "temperature": 5.0}, top_k=3)
+    top3 = sampler.generate(model, PROMPTS, **{**kw, "temperature": 5.0}, top_k=3)
     first_logits = np.asarray(model(np.asarray([PROMPTS[0]])))[0, -1]
     assert top3.tokens[0, 0] in set(np.argsort(first_logits)[-3:])
 
 
 def test_resume_equals_generating_from_the_full_prefix(qwen):
     model, _ = qwen
-    first = sampling.generate(model, PROMPTS, max_new_tokens=5, temperature=0.0)
+    first = sampler.generate(model, PROMPTS, max_new_tokens=5, temperature=0.0)
     extra = [[1, 2], [3], [4, 5, 6]]
-    resumed = sampling.generate(model, extra, max_new_tokens=40, temperature=0.0,
+    resumed = sampler.generate(model, extra, max_new_tokens=40, temperature=0.0,
                                 resume=first.state)
     for prompt, gen, more, ours in zip(PROMPTS, first.sequences(), extra, resumed.sequences()):
-        full = sampling.generate(model, [prompt + gen + more], max_new_tokens=40,
+        full = sampler.generate(model, [prompt + gen + more], max_new_tokens=40,
                                  temperature=0.0).sequences()[0]
         assert ours == full
 
 
 def test_stop_ids_end_rows_and_pad(qwen):
     model, _ = qwen
-    greedy = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0)
+    greedy = sampler.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0)
     stop_tok = int(greedy.tokens[0, 4])
     first_hit = [int(np.argmax(row == stop_tok)) + 1 if stop_tok in row else 20
                  for row in greedy.tokens]
-    result = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0,
+    result = sampler.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0,
                                stop=[stop_tok], pad_id=0)
     assert list(result.lengths) == first_hit
     assert result.finished[0] and result.lengths[0] <= 5
@@ -134,7 +138,7 @@ def test_stop_strings_cut_at_first_occurrence(tmp_path):
     save_tiny_hf(tmp_path, "qwen3", vocab_size=tok.vocab_size, initializer_range=0.05)
     model = models.from_pretrained(tmp_path)
     stops = ["e t", "ZZ", "he"]
-    result = sampling.generate(model, ["the red", "odd"] * 4, max_new_tokens=40,
+    result = sampler.generate(model, ["the red", "odd"] * 4, max_new_tokens=40,
                                temperature=1.0, key=jax.random.key(0), stop=stops,
                                tokenizer=tok)
     assert result.finished.any()
@@ -154,18 +158,18 @@ def test_stop_strings_cut_at_first_occurrence(tmp_path):
 def test_bad_requests(qwen):
     model, _ = qwen
     with pytest.raises(ValueError, match="exceeds the cache length 512"):
-        sampling.generate(model, [[1] * 500], max_new_tokens=20, temperature=0.0)
+        sampler.generate(model, [[1] * 500], max_new_tokens=20, temperature=0.0)
     with pytest.raises(ValueError, match="exceeds the cache length 64"):
-        sampling.generate(model, [[1] * 50], max_new_tokens=20, temperature=0.0,
+        sampler.generate(model, [[1] * 50], max_new_tokens=20, temperature=0.0,
                           max_cache_len=64)
     with pytest.raises(ValueError, match="at least one token"):
-        sampling.generate(model, [[]], max_new_tokens=2, temperature=0.0)
+        sampler.generate(model, [[]], max_new_tokens=2, temperature=0.0)
     with pytest.raises(ValueError, match="explicit PRNG key"):
-        sampling.generate(model, [[1]], max_new_tokens=2, temperature=1.0)
+        sampler.generate(model, [[1]], max_new_tokens=2, temperature=1.0)
     with pytest.raises(ValueError, match="need tokenizer="):
-        sampling.generate(model, [[1]], max_new_tokens=2, temperature=0.0, stop=["x"])
+        sampler.generate(model, [[1]], max_new_tokens=2, temperature=0.0, stop=["x"])
     with pytest.raises(ValueError, match=r"lie in \[0, 256\)"):
-        sampling.generate(model, [[256]], max_new_tokens=2, temperature=0.0)
+        sampler.generate(model, [[256]], max_new_tokens=2, temperature=0.0)
 
 
 def test_rows_sample_from_their_own_keys(qwen):
@@ -176,8 +180,8 @@ def test_rows_sample_from_their_own_keys(qwen):
     lengths = [19, 3, 11, 7, 5, 1, 6, 2]  # the shard's longest prompt buckets to fewer slots
     prompts = [rng.integers(1, 256, n).tolist() for n in lengths]
     kw = dict(max_new_tokens=12, temperature=1.0, key=jax.random.key(11))
-    full = sampling.generate(model, prompts, **kw)
-    shard = sampling.generate(model, prompts[4:], row_ids=[4, 5, 6, 7], **kw)
+    full = sampler.generate(model, prompts, **kw)
+    shard = sampler.generate(model, prompts[4:], row_ids=[4, 5, 6, 7], **kw)
     assert np.array_equal(shard.tokens, full.tokens[4:])
     assert np.array_equal(shard.lengths, full.lengths[4:])
     # different-shaped float32 programs: within the bound of a forward over the longer cache
@@ -185,14 +189,14 @@ def test_rows_sample_from_their_own_keys(qwen):
                       [p + g for p, g in zip(prompts, full.sequences())], full.logprobs)
     np.testing.assert_allclose(shard.logprobs, full.logprobs[4:], rtol=0, atol=tol)
     assert np.abs(shard.logprobs - full.logprobs[[5, 6, 7, 4]]).max() > tol  # rows mixed up
-    default_ids = sampling.generate(model, prompts[4:], **kw)  # ids 0..3: other draws
+    default_ids = sampler.generate(model, prompts[4:], **kw)  # ids 0..3: other draws
     assert not np.array_equal(default_ids.tokens, full.tokens[4:])
     greedy = dict(max_new_tokens=12, temperature=0.0)
-    assert np.array_equal(sampling.generate(model, prompts[4:], row_ids=[4, 5, 6, 7],
+    assert np.array_equal(sampler.generate(model, prompts[4:], row_ids=[4, 5, 6, 7],
                                             **greedy).tokens,
-                          sampling.generate(model, prompts, **greedy).tokens[4:])
+                          sampler.generate(model, prompts, **greedy).tokens[4:])
     with pytest.raises(ValueError, match="row_ids has 3 entries for 4 prompts"):
-        sampling.generate(model, prompts[4:], row_ids=[1, 2, 3], **kw)
+        sampler.generate(model, prompts[4:], row_ids=[1, 2, 3], **kw)
 
 
 def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch):
@@ -210,14 +214,14 @@ def test_equal_prompts_share_one_prefill_and_sample_as_before(qwen, monkeypatch)
         return original(self, tokens, cache, starts, last=last)
 
     monkeypatch.setattr(Decoder, "forward_cached", spy)
-    sampling._COMPILED.clear()  # trace again, through the spy
+    sampling_loop._COMPILED.clear()  # trace again, through the spy
     prompts = [p for p in PROMPTS for _ in range(4)]  # 3 prompts x a group of 4
     kw = dict(max_new_tokens=10, temperature=1.0, key=jax.random.key(5))
-    shared = sampling.generate(model, prompts, **kw)
+    shared = sampler.generate(model, prompts, **kw)
     assert seen == [(4, 8)]  # three distinct prompts (a power of two: 4), 8 tokens
-    alone = sampling.generate(model, prompts, share_prefill=False, **kw)
+    alone = sampler.generate(model, prompts, share_prefill=False, **kw)
     assert seen[-1] == (12, 8)
-    sampling._COMPILED.clear()
+    sampling_loop._COMPILED.clear()
     assert np.array_equal(shared.tokens, alone.tokens)
     assert np.array_equal(shared.lengths, alone.lengths)
     assert len({tuple(r) for r in shared.tokens[:4].tolist()}) > 1  # a group's draws differ
@@ -241,30 +245,30 @@ def test_mostly_distinct_prompts_prefill_every_row(qwen, monkeypatch):
         return original(self, tokens, cache, starts, last=last)
 
     monkeypatch.setattr(Decoder, "forward_cached", spy)
-    sampling._COMPILED.clear()
+    sampling_loop._COMPILED.clear()
     distinct = [[i + 1, i + 2, i + 3] for i in range(5)]
     kw = dict(max_new_tokens=4, temperature=0.0)
-    sampling.generate(model, distinct + distinct[:1] * 3, **kw)
-    sampling.generate(model, distinct[:2] * 4, **kw)
-    sampling._COMPILED.clear()
+    sampler.generate(model, distinct + distinct[:1] * 3, **kw)
+    sampler.generate(model, distinct[:2] * 4, **kw)
+    sampling_loop._COMPILED.clear()
     assert seen == [8, 2]
 
 
 def test_bucket_sizes():
-    assert [sampling.bucket(n, 8) for n in (1, 8, 9, 11, 16, 17, 33, 100)] == [
+    assert [sampler.bucket(n, 8) for n in (1, 8, 9, 11, 16, 17, 33, 100)] == [
         8, 8, 10, 12, 16, 20, 40, 112]
-    assert sampling.bucket(3, 1, multiple=4) == 4 and sampling.bucket(9, 1) == 10
-    sizes = {sampling.bucket(n, 8) for n in range(1, 4097)}
+    assert sampler.bucket(3, 1, multiple=4) == 4 and sampler.bucket(9, 1) == 10
+    sizes = {sampler.bucket(n, 8) for n in range(1, 4097)}
     assert len(sizes) == 4 * 9 + 1  # four per octave from 8 to 4096
 
 
 def test_token_cap_is_a_run_time_value(qwen):
     model, _ = qwen
     kw = dict(temperature=1.0, key=jax.random.key(5))
-    long = sampling.generate(model, PROMPTS, max_new_tokens=16, **kw)
+    long = sampler.generate(model, PROMPTS, max_new_tokens=16, **kw)
     sequences = [p + g for p, g in zip(PROMPTS, long.sequences())]
     for cap, buffer_len in [(5, None), (5, 64), (16, 64)]:
-        short = sampling.generate(model, PROMPTS, max_new_tokens=cap, buffer_len=buffer_len,
+        short = sampler.generate(model, PROMPTS, max_new_tokens=cap, buffer_len=buffer_len,
                                   **kw)
         assert short.tokens.shape == (3, cap) and list(short.lengths) == [cap] * 3
         assert np.array_equal(short.tokens, long.tokens[:, :cap])
@@ -273,18 +277,18 @@ def test_token_cap_is_a_run_time_value(qwen):
         # one position off is caught
         assert np.abs(short.logprobs[:, 1:] - long.logprobs[:, :cap - 1]).max() > tol
     with pytest.raises(ValueError, match="buffer_len=4 is smaller than max_new_tokens=5"):
-        sampling.generate(model, PROMPTS, max_new_tokens=5, buffer_len=4, **kw)
+        sampler.generate(model, PROMPTS, max_new_tokens=5, buffer_len=4, **kw)
 
 
 def test_loop_exits_when_every_row_has_stopped(qwen):
     model, _ = qwen
-    greedy = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0)
+    greedy = sampler.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0)
     assert greedy.steps == 20
     firsts = sorted({int(t) for t in greedy.tokens[:, 0]})
-    out = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0, stop=firsts)
+    out = sampler.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0, stop=firsts)
     assert list(out.lengths) == [1, 1, 1] and out.finished.all() and out.steps == 1
     second = sorted({int(t) for t in greedy.tokens[:, 1]} | {int(greedy.tokens[0, 0])})
-    out = sampling.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0, stop=second)
+    out = sampler.generate(model, PROMPTS, max_new_tokens=20, temperature=0.0, stop=second)
     assert out.steps == int(out.lengths.max()) <= 2
 
 
@@ -295,17 +299,17 @@ def test_compilations_are_bounded_across_prompt_lengths_and_caps(qwen):
     rng = np.random.default_rng(2)
     calls = [(1, 2), (3, 16), (8, 5), (9, 11), (10, 2), (17, 7), (20, 16), (19, 1), (5, 30),
              (18, 17)]
-    sampling._COMPILED.clear()  # fresh jit wrappers: earlier tests' programs do not count
-    before = dict(sampling.TRACE_COUNT)
+    sampling_loop._COMPILED.clear()  # fresh jit wrappers: earlier tests' programs do not count
+    before = dict(sampling_loop.TRACE_COUNT)
     for length, cap in calls:
         prompts = [rng.integers(1, 256, length).tolist(), [7]]
-        out = sampling.generate(model, prompts, max_new_tokens=cap, temperature=0.7,
+        out = sampler.generate(model, prompts, max_new_tokens=cap, temperature=0.7,
                                 key=jax.random.key(length), stop_at_eos=False)
         assert list(out.lengths) == [cap, cap]
-    traced = {k: sampling.TRACE_COUNT[k] - before[k] for k in before}
+    traced = {k: sampling_loop.TRACE_COUNT[k] - before[k] for k in before}
     # prompt buckets 8, 10, 20 with buffer 16, plus (8, 32) and (20, 20) for the caps above
     # 16; three buffers, and every cache fits the first 64-slot bucket
-    prefill_shapes = {(sampling.bucket(n, 8), sampling.bucket(cap, 16)) for n, cap in calls}
+    prefill_shapes = {(sampler.bucket(n, 8), sampler.bucket(cap, 16)) for n, cap in calls}
     assert traced == {"prefill": len(prefill_shapes), "decode": 3}
     assert len(prefill_shapes) == 5
 
@@ -317,22 +321,22 @@ def test_a_prompt_floor_gives_every_call_one_prefill_and_the_same_tokens(qwen):
     model, _ = qwen
     rng = np.random.default_rng(3)
     kw = dict(max_new_tokens=6, temperature=1.0, stop_at_eos=False)
-    sampling._COMPILED.clear()
-    before = dict(sampling.TRACE_COUNT)
+    sampling_loop._COMPILED.clear()
+    before = dict(sampling_loop.TRACE_COUNT)
     for i, n in enumerate((3, 9, 17, 30)):  # prompt buckets 8, 10, 20, 32
         prompts = [rng.integers(1, 256, n).tolist(), [7]]
-        floored = sampling.generate(model, prompts, key=jax.random.key(i), min_prompt_len=30,
+        floored = sampler.generate(model, prompts, key=jax.random.key(i), min_prompt_len=30,
                                     **kw)
-        plain = sampling.generate(model, prompts, key=jax.random.key(i), **kw)
+        plain = sampler.generate(model, prompts, key=jax.random.key(i), **kw)
         np.testing.assert_array_equal(floored.tokens, plain.tokens)
         assert floored.state.cache.k.shape == plain.state.cache.k.shape or n < 30
-    traced = {k: sampling.TRACE_COUNT[k] - before[k] for k in before}
-    sampling._COMPILED.clear()
+    traced = {k: sampling_loop.TRACE_COUNT[k] - before[k] for k in before}
+    sampling_loop._COMPILED.clear()
     # one prefill for the floored calls, one per bucket below 32 for the plain ones (the
     # plain call of 30 tokens shares the floored program), one decode per cache size met
     assert traced["prefill"] == 1 + 3, traced
     with pytest.raises(ValueError, match="min_prompt_len=8 pads a fresh call"):
-        sampling.generate(model, [[1]], max_new_tokens=2, min_prompt_len=8, temperature=0.0,
+        sampler.generate(model, [[1]], max_new_tokens=2, min_prompt_len=8, temperature=0.0,
                           resume=plain.state)
 
 
@@ -343,24 +347,24 @@ def test_explore_temperature_applies_only_after_marker_tokens(qwen):
     model's at temperature 1."""
     model, _ = qwen
     prompt, rows = PROMPTS[0], 24
-    greedy = sampling.generate(model, [prompt], max_new_tokens=4, temperature=0.0).tokens[0]
+    greedy = sampler.generate(model, [prompt], max_new_tokens=4, temperature=0.0).tokens[0]
     kw = dict(max_new_tokens=4, temperature=1e-4, key=jax.random.key(3))
-    cold = sampling.generate(model, [prompt] * rows, **kw).tokens
+    cold = sampler.generate(model, [prompt] * rows, **kw).tokens
     assert (cold == greedy).all()
     marker = int(greedy[0])
-    hot = sampling.generate(model, [prompt] * rows, **kw, explore_after=[marker],
+    hot = sampler.generate(model, [prompt] * rows, **kw, explore_after=[marker],
                             explore_temperature=50.0)
     assert (hot.tokens[:, 0] == marker).all()
     assert len(set(hot.tokens[:, 1].tolist())) >= 5
     # restricted to chosen ids, the explored token is one of them and the rest unchanged
     choices = [3, 30, 77]
-    few = sampling.generate(model, [prompt] * rows, **kw, explore_after=[marker],
+    few = sampler.generate(model, [prompt] * rows, **kw, explore_after=[marker],
                             explore_temperature=50.0, explore_tokens=choices)
     assert set(few.tokens[:, 1].tolist()) <= set(choices) and len(set(few.tokens[:, 1])) >= 2
     assert (few.tokens[:, 0] == marker).all()
     # a marker nobody produces changes nothing
     unused = next(i for i in range(256) if i not in set(cold.ravel().tolist()))
-    same = sampling.generate(model, [prompt] * rows, **kw, explore_after=[unused],
+    same = sampler.generate(model, [prompt] * rows, **kw, explore_after=[unused],
                              explore_temperature=50.0)
     assert np.array_equal(same.tokens, cold)
     seq = prompt + hot.sequences()[0]
@@ -370,11 +374,11 @@ def test_explore_temperature_applies_only_after_marker_tokens(qwen):
     tol = logprob_tol(model, max(cache_len(hot), len(seq)), [seq], expected)
     np.testing.assert_allclose(hot.logprobs[0], expected, rtol=0, atol=tol)
     with pytest.raises(ValueError, match="explore_temperature must be > 0"):
-        sampling.generate(model, [[1]], **kw, explore_after=[1], explore_temperature=0.0)
+        sampler.generate(model, [[1]], **kw, explore_after=[1], explore_temperature=0.0)
     with pytest.raises(ValueError, match="explore_after ids must lie"):
-        sampling.generate(model, [[1]], **kw, explore_after=[256])
+        sampler.generate(model, [[1]], **kw, explore_after=[256])
     with pytest.raises(ValueError, match="explore_tokens ids must lie"):
-        sampling.generate(model, [[1]], **kw, explore_after=[1], explore_tokens=[-2])
+        sampler.generate(model, [[1]], **kw, explore_after=[1], explore_tokens=[-2])
 
 
 def test_compacted_decoding_drops_finished_rows_and_keeps_every_token(qwen, monkeypatch):
@@ -382,12 +386,12 @@ def test_compacted_decoding_drops_finished_rows_and_keeps_every_token(qwen, monk
     equal prompts among them, global row ids): the same tokens, lengths and stops as the
     single loop, log-probs equal to float32 rounding, and the loop really ran on fewer rows
     and on a cut cache."""
-    from jaxtom import sampling_segments
+    from jaxtom.sampling import segments as sampling_segments
     model, _ = qwen
     prompts = [[5 + i, 6, 7 + 2 * i] for i in range(10)] + [[40, 41, 42]] * 6
     kw = dict(max_new_tokens=100, temperature=1.0, key=jax.random.key(5),
               row_ids=np.arange(100, 116))
-    probe = sampling.generate(model, prompts, **kw)
+    probe = sampler.generate(model, prompts, **kw)
     stop = int(np.bincount(probe.tokens[:, :40].ravel()).argmax())  # a token rows emit early
     seen = []  # (rows, slots) of every decode segment
     decode_segments = sampling_segments.decode_segments
@@ -399,8 +403,8 @@ def test_compacted_decoding_drops_finished_rows_and_keeps_every_token(qwen, monk
         return decode_segments(watched, params, cache, *args, **kwargs)
 
     monkeypatch.setattr(sampling_segments, "decode_segments", spy)
-    single = sampling.generate(model, prompts, stop=[stop], **kw)
-    compact = sampling.generate(model, prompts, stop=[stop], compact=True, **kw)
+    single = sampler.generate(model, prompts, stop=[stop], **kw)
+    compact = sampler.generate(model, prompts, stop=[stop], compact=True, **kw)
     assert len(set(single.lengths.tolist())) > 4  # ragged
     np.testing.assert_array_equal(compact.tokens, single.tokens)
     np.testing.assert_array_equal(compact.lengths, single.lengths)

@@ -42,7 +42,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxtom.household.goals import Goal
-from jaxtom.household.llm_scoring import OptionQuery, OptionScorer, normalise_logprobs
+from jaxtom.mindzero.household.llm_scoring import OptionQuery, OptionScorer, normalise_logprobs
 
 FLOOR = 1e-10
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -15,7 +15,7 @@ depends on the prompt length only through the cache-size bucket: a training run 
 one cheap prefill per prompt-length bucket and a few decode loops, and phases whose caps
 fall in one bucket (or that pass one `buffer_len`) share them; calls that pass one
 `min_prompt_len` share one prefill and cache size too. A compacting call (`compact=True`,
-`jaxtom.sampling_segments`) decodes on fixed row and slot ladders. The loop ends as soon as
+`jaxtom.sampling.segments`) decodes on fixed row and slot ladders. The loop ends as soon as
 every row has stopped.
 """
 
@@ -33,10 +33,8 @@ from jax.sharding import Mesh, NamedSharding
 from jaxtom import parallel
 from jaxtom.buckets import bucket
 from jaxtom.models.decoder import CACHE_SEQ_AXIS, Decoder, KVCache
-from jaxtom.sampling_loop import (  # noqa: F401  (re-exported: the sampler's public names)
-    _COMPILED, TRACE_COUNT, LoopConfig, LoopState, PromptChunk, SamplingInputs, cache_sharding,
-    choose_tokens, input_shardings, programs, row_keys, step_keys)
-from jaxtom.stop_strings import find_stop, stop_tables
+from jaxtom.sampling import loop
+from jaxtom.sampling.stop_strings import find_stop, stop_tables
 
 
 @dataclasses.dataclass
@@ -72,7 +70,7 @@ def zeros_cache(cfg, batch: int, slots: int, mesh: Mesh | None) -> KVCache:
     if mesh is None:
         return KVCache.zeros(cfg, batch, slots)
     shapes = jax.eval_shape(lambda: KVCache.zeros(cfg, batch, slots))
-    sharding = cache_sharding(mesh)
+    sharding = loop.cache_sharding(mesh)
     return parallel.sharded_zeros(shapes, KVCache(sharding, sharding))
 
 
@@ -148,7 +146,7 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     once and start from copies of that cache (not on resume, where caches differ per row).
 
     `compact`: decode in segments that drop finished rows and attend over the slots in use
-    (`jaxtom.sampling_segments`): a ragged batch then costs about its rows' own lengths, not
+    (`jaxtom.sampling.segments`): a ragged batch then costs about its rows' own lengths, not
     its longest row's in every row. The same tokens; the result's `state` is None, since the
     cache no longer holds every row (resuming callers keep the default).
 
@@ -266,14 +264,14 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
 
     graphdef, params = nnx.split(model)
     greedy = temperature <= 0
-    config = LoopConfig(buffer_len=int(buffer_len), greedy=greedy,
+    config = loop.LoopConfig(buffer_len=int(buffer_len), greedy=greedy,
                         use_filter=not greedy and (top_k > 0 or top_p < 1.0), pad_id=int(pad_id))
-    prefill, decode = programs(graphdef, config, mesh, params)
+    prefill, decode = loop.programs(graphdef, config, mesh, params)
     if mesh is not None:
-        cache = jax.device_put(cache, KVCache(cache_sharding(mesh), cache_sharding(mesh)))
-    chunk = PromptChunk(tokens=tokens, chunk_lens=lens, starts=chunk_starts,
+        cache = jax.device_put(cache, KVCache(loop.cache_sharding(mesh), loop.cache_sharding(mesh)))
+    chunk = loop.PromptChunk(tokens=tokens, chunk_lens=lens, starts=chunk_starts,
                         active=np.arange(B) < n_real, source=source)
-    inputs = SamplingInputs(
+    inputs = loop.SamplingInputs(
         row_ids=np.concatenate([ids, np.zeros(B - n_real, np.int64)]).astype(np.uint32),
         key=np.asarray(jax.random.key_data(key)), max_new=np.int32(max_new_tokens), temperature=np.float32(temperature),
         top_k=np.int32(top_k), top_p=np.float32(top_p), stop_ids=stop_arr,
@@ -283,10 +281,10 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     if mesh is not None:
         # placed explicitly: a program over a mesh accepts no host arrays when the mesh
         # spans several processes (each of which passes these same values)
-        chunk, inputs = jax.device_put((chunk, inputs), input_shardings(mesh))
+        chunk, inputs = jax.device_put((chunk, inputs), loop.input_shardings(mesh))
     cache, state = prefill(params, cache, chunk, inputs)
     if compact and max_new_tokens > 1:
-        from jaxtom.sampling_segments import decode_segments
+        from jaxtom.sampling.segments import decode_segments
         multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
         out = decode_segments(decode, params, cache, state, inputs, n_real=n_real,
                               max_new=max_new_tokens, multiple=multiple, mesh=mesh)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jaxtom.household.qa_answers import accuracy_by_type, binomial_band, parse_answer
+from jaxtom.mindzero.household.qa_answers import accuracy_by_type, binomial_band, parse_answer
 
 
 @pytest.mark.parametrize("text,choice", [
@@ -34,7 +34,7 @@ def test_binomial_band():
 import functools
 import math
 
-from jaxtom.household import qa
+from jaxtom.mindzero.household import qa
 from jaxtom.household.apartments import TEST_APARTMENTS, apartments
 from jaxtom.household.episodes import generate_episodes
 from jaxtom.household.human import action_distribution, action_probability

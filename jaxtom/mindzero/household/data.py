@@ -45,7 +45,7 @@ import numpy as np
 
 from jaxtom.household import catalog
 from jaxtom.household.goals import Goal
-from jaxtom.household.particles import format_particles
+from jaxtom.mindzero.household.particles import format_particles
 
 TEACHERS = ("approached", "random")
 
@@ -203,18 +203,6 @@ def figure_observation(episode, t: int, num_particles: int) -> str:
             f"{goal}.\n\nYour response should include the probability distribution formatted "
             f"according to this JSON schema: {json.dumps(particle_schema())}\n\n"
             "Please output the minified JSON.")
-
-
-def likelihood_context(episode, t: int):
-    """What the LLM likelihood questions at (episode, t) share: the apartment and the human
-    in the state where a_{t-1} was taken, the key actions before it, and a_{t-1}."""
-    from jaxtom.household import text
-    from jaxtom.household.llm_prompts import LikelihoodContext
-    state = episode.states[t - 1]
-    return LikelihoodContext(
-        state=text.apartment_text(state) + "\n" + text.agent_text(state),
-        history=tuple(text.key_actions(episode.states, episode.actions, t - 1)),
-        next_action=text.action_text(state, episode.actions[t - 1]))
 
 
 OBSERVATIONS: dict[str, Callable[..., str]] = {"compact": compact_observation,

@@ -93,7 +93,7 @@ def _placed(mesh, cache, state, row_ids):
     """Puts regrouped arrays where the decode program's shardings expect them."""
     if mesh is None:
         return cache, state, row_ids
-    from jaxtom.sampling_loop import cache_sharding, input_shardings, state_sharding
+    from jaxtom.sampling.loop import cache_sharding, input_shardings, state_sharding
     sh = cache_sharding(mesh)
     cache = jax.device_put(cache, KVCache(sh, sh))
     state = jax.device_put(state, state_sharding(mesh))
@@ -139,7 +139,7 @@ def decode_segments(decode, params, cache: KVCache, state, inputs, *, n_real: in
             inputs = inputs._replace(row_ids=placed_ids)
         stop = np.int32(min(max_new, step + SEGMENT))
         if mesh is not None:
-            from jaxtom.sampling_loop import input_shardings
+            from jaxtom.sampling.loop import input_shardings
             stop = jax.device_put(stop, input_shardings(mesh)[1].stop_step)
         cache, state = decode(params, cache, state, inputs._replace(stop_step=stop))
         host = {k: np.asarray(parallel.host_value(getattr(state, k))) for k in fields + ("done",)}
@@ -157,5 +157,5 @@ def _replicated(mesh, *arrays):
     program over a multi-process mesh takes no host arrays)."""
     if mesh is None:
         return arrays
-    from jaxtom.sampling_loop import input_shardings
+    from jaxtom.sampling.loop import input_shardings
     return jax.device_put(arrays, input_shardings(mesh)[1].key)
