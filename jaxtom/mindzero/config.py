@@ -20,12 +20,12 @@ ORDERS = ("drawn", "descending", "either")  # warmup.order; warmup.evidence_orde
 
 
 IMAGE_OBSERVATIONS = ("image", "image_short")
-IMAGE_STYLES = ("figure", "cells", "cells_ranked")  # data.image_style (image_observation)
+IMAGE_STYLES = ("figure", "cells", "cells_ranked")  # data.image_style (observation)
 
 
 def is_image(observation: str) -> bool:
     """Whether `observation` shows a picture (a Qwen3-VL policy reads it,
-    `jaxtom.mindzero.image_observation`)."""
+    `jaxtom.mindzero.observation`)."""
     return observation in IMAGE_OBSERVATIONS
 
 

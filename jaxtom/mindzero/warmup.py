@@ -17,7 +17,7 @@ from jaxtom.mindzero import data as data_lib
 from jaxtom.mindzero.data import PromptCache
 from jaxtom.models.orbax_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes, approach_order
-from jaxtom.mindzero.image_observation import ranked_partner
+from jaxtom.mindzero.observation import ranked_partner
 from jaxtom.mindzero.particles import format_particles
 from jaxtom.mindzero.policy import Codec
 from jaxtom.rl import StepConfig

@@ -369,7 +369,7 @@ def test_read_steps_teach_the_lead_name_then_the_teacher(view):
                 view, e, 4, np.random.default_rng(1), t, "listed"))
             assert ids == answer[:len(ids)]  # the answers' own tokens
     # where the picture outlines the ranked partner (cells_ranked), reading rows name it too
-    from jaxtom.mindzero.image_observation import ranked_partner
+    from jaxtom.mindzero.observation import ranked_partner
     marked = dataclasses.replace(shared, mindzero=dataclasses.replace(
         shared.mindzero, data=dataclasses.replace(shared.mindzero.data,
                                                   image_style="cells_ranked")))

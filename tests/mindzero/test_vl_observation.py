@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxtom.gridworld import EnvParams, generate_episodes
-from jaxtom.mindzero.image_observation import image_observation, observation_image
+from jaxtom.mindzero.observation import image_observation, observation_image
 from jaxtom.mindzero.observation import HostEpisodes, get_observation
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.vl_prompts import IMAGE_PAD, IMAGE_PLACEHOLDER
@@ -95,7 +95,7 @@ def test_cells_ranked_outlines_the_partner_the_path_ranked_ahead():
     listed partner from the second), and on nothing where it writes `|`."""
     from jaxtom.gridworld.render import MARK, stencils
     from jaxtom.mindzero.data import timestep_records
-    from jaxtom.mindzero.image_observation import ranked_partner
+    from jaxtom.mindzero.observation import ranked_partner
     from jaxtom.mindzero.observation import approach_order, compact_observation
     view = HostEpisodes.from_episodes(generate_episodes(jax.random.key(5), EnvParams(), 6))
     records = timestep_records(view, 1)

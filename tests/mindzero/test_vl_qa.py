@@ -14,7 +14,7 @@ from jaxtom.mindzero import driver
 from jaxtom import flops
 from jaxtom.config import load_config
 from jaxtom.mindzero import qa_eval, qa_train
-from jaxtom.mindzero.image_observation import observation_image
+from jaxtom.mindzero.observation import observation_image
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.vl_prompts import IMAGE_PAD
 
