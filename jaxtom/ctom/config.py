@@ -13,15 +13,14 @@ from jaxtom.ctom.controller import ControllerConfig
 @dataclasses.dataclass(frozen=True)
 class WarmupSettings:
     """The format warm-up of a from-scratch model (`jaxtom.ctom.tiny`); steps 0 skips it."""
-    # long enough for a decoder initialised at std 0.1 to learn to copy items from the
-    # context (the figures are in benchmarks/README.md, "CToM CPU default")
+    # long enough for a decoder initialised at std 0.1 to learn to copy items from the context
     steps: int = 600
     batch_size: int = 4  # tasks per step, each played by the teacher in both modes
     learning_rate: float = 3e-3
     random_weight: float = 0.1  # loss weight of the teacher's random draws (tiny.weighted_mask)
     # rows per step predicting the user's replies (tiny.reply_rows): 0, so the warm-up is
-    # label-free and what the model knows of the user comes from RL's replies (with 8, the
-    # warm-up had learned most items and CToM's NLL had little left to teach)
+    # label-free and what the model knows of the user comes from RL's replies (with reply
+    # rows the warm-up learns most items and leaves CToM's NLL little to teach)
     reply_rows: int = 0
 
 

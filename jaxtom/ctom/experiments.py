@@ -55,12 +55,11 @@ def qwen3_8b_config(domain: str) -> Config:
     """Paper scale (section 5, table 4): Qwen3-8B with LoRA 32, lr 1e-4, G = 4, 36 prompts.
 
     Sized so that `jaxtom plan` fits an H100-80GB and a v5p-95GB chip on 8 devices with the
-    16,384-token rows (50.9 GiB per device at most, the rollout's; the update's 33 GiB):
-    sampler calls of 32 rows and no kept KV store (`ctom.reuse_cache=False`: at 144
-    conversations x 16k tokens the store alone takes 56 GiB per device, twice that while it
-    grows; on 16 or more devices it fits beside the rest and can be turned back on). Long
-    rows and prefills attend blockwise (`ModelConfig.attention`), without which the update
-    needed 101 GiB per device and one 32-row prefill's scores ~320 GiB.
+    16,384-token rows: sampler calls of 32 rows and no kept KV store (`ctom.reuse_cache=False`:
+    at 144 conversations x 16k tokens the store alone takes 56 GiB per device, twice that
+    while it grows; on 16 or more devices it fits beside the rest and can be turned back on).
+    Long rows and prefills attend blockwise (`ModelConfig.attention`), since dense scores at
+    16k tokens do not fit.
 
     On 32 devices (a v5p-64, a v6e-32, four 8-GPU hosts) run it as `mesh.fsdp=16
     mesh.tensor=2`: each of the 3 PPO mini-batches (48 rows) splits evenly over the 16

@@ -14,8 +14,8 @@ treated as feedback, which is what the simulators send whenever something is mis
 Phrases match whole words, case-insensitively. Before rule 2, NEUTRALISED_PATTERNS (accepting
 phrases that contain a pushback word: "exactly what I needed", "nothing else to change") are
 replaced by an acceptance marker, so the paper's order holds for everything else in the reply.
-The rules were tuned on the "tune" part of data/satisfaction_replies.jsonl (417 replies written
-for this project) and measured on its "heldout" part (tests/ctom/test_satisfaction.py, README).
+The rules are tuned on the "tune" part of data/satisfaction_replies.jsonl (replies written for
+this project) and checked on its "heldout" part (tests/ctom/test_satisfaction.py).
 """
 
 from __future__ import annotations

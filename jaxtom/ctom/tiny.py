@@ -97,7 +97,7 @@ def weighted_mask(tokens, policy, items: frozenset[int], random_weight: float) -
 
     Their targets are noise (uniform over a slot's items); at full weight their gradients
     drown the copying the warm-up must teach (revisions and later lists copy items from the
-    context), and a from-scratch decoder does not learn to copy (benchmarks/README.md)."""
+    context), and a from-scratch decoder does not learn to copy."""
     out, seen = [], set()
     for t, m in zip(tokens, policy):
         out.append(m * random_weight if m and t in items and t not in seen else m)

@@ -28,13 +28,7 @@ The helper
     refreshed (inference re-run, model re-queried) only after a human action other than a
     pause; optionally teleport (`teleport_after`, on at 3 in `jaxtom gridworld simulate` and in
     MindZero's assistance evaluation, as in the public code's evaluation). The model-driven
-    helper (`jaxtom.mindzero.assist`) runs the same code. What the rules changed, `jaxtom
-    gridworld simulate --episodes 100` (speedup ± SE; baseline 24.9 steps):
-
-        helper            before rules    rules, teleport off    rules + teleport (default)
-        oracle            0.695 ± 0.056   0.663 ± 0.056          0.808 ± 0.053
-        exact posterior   0.079 ± 0.013   0.081 ± 0.014          0.067 ± 0.017
-        random goal       0.015 ± 0.011   0.034 ± 0.012          0.040 ± 0.013
+    helper (`jaxtom.mindzero.assist`) runs the same code.
 Data
     `generate_episodes`, `train_test_episodes` (800/100, held-out labels and layouts),
     `make_questions` / `qa_episodes` (QA types 1-3), `accuracy`.

@@ -9,9 +9,8 @@ in NumPy, so the jitted renderer only gathers and selects.
 `style="cells"` draws the same state as flat cells for vision towers trained from scratch:
 each object fills its cell (a carried one fills its carrier's), the path so far is a light
 fill rather than dots, and the agents are thick borders. With one vision token per cell every
-fact of the state then sits in one token as a colour, with no shape to resolve (a tiny tower
-learns to read that in a few hundred steps; the figures' 12-px squares it did not:
-benchmarks/README.md, issue 37).
+fact of the state then sits in one token as a colour, with no shape to resolve, which a
+tiny tower learns to read in a few hundred steps (the figures' small shapes it does not).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ class WarmupSpec:
     learning_rate: float = 3e-3
     teacher: str = "random"  # random | approached | listed | lead | pictured (mindzero.data)
     # The checks below act on every task whose warm-up is checked (goals, image goals,
-    # household: `trainer.checked_warm_up`); QA refuses them, the household refuses min_lead.
+    # household: `warmup.checked_warm_up`); QA refuses them, the household refuses min_lead.
     # After the warm-up, the held-out monitor's greedy completions must number at least this
     # many distinct strings (0: no check): fewer means the model ignores its observation, and
     # SSRL from there only moves a constant (seen on other CPUs), so the run stops instead.
@@ -82,11 +82,11 @@ class WarmupSpec:
     # A warm-up that fails those checks is run again from a fresh initialisation (init seed
     # + k on the k-th retry) at most this many times before the run stops: whether a
     # from-scratch model learns to copy in a fixed number of steps varies over
-    # initialisations (benchmarks/README.md).
+    # initialisations.
     retries: int = 0
     # > 0: the same checks also run at this warm-up step, and an attempt that fails them
     # stops there (recorded in its directory, so a rerun skips it) instead of training on
-    # to `steps`: an initialisation that will not copy shows it early (benchmarks/README.md)
+    # to `steps`: an initialisation that will not copy shows it early
     check_at: int = 0
     # How the teacher arranges its random probabilities (`jaxtom.mindzero.data.warmup_target`;
     # label-free either way): "drawn" as drawn, "descending" largest first (the first
@@ -103,12 +103,12 @@ class WarmupSpec:
     # observation's lead object (label-free, as the teachers' object1; `warmup.lead_opening`)
     # before the teacher's answers: a from-scratch vision tower learns to read the lead off
     # the picture from that short target, where the full answer's unpredictable tokens
-    # drowned it (goal tasks only; benchmarks/README.md, issue 37)
+    # drown it (goal tasks only)
     read_steps: int = 0
     # After the reading phase, this share of each warm-up batch's rows keeps the reading
     # target (the opening naming the lead, without an end token, so it teaches no early
     # stop): a reading loss beside the answers, whose unreadable tokens (partners, random
-    # probabilities) otherwise wash the reading out (issue 37, benchmarks/README.md)
+    # probabilities) otherwise wash the reading out
     read_share: float = 0.0
 
 

@@ -12,9 +12,8 @@ nearest-first rule. Two teachers: `random` (any valid pair but the true goal) an
 observation lists, object2 one of the next three, uniformly, with random probabilities), which
 teaches a from-scratch model to read the observation; SSRL then has to learn from the reward
 which of the listed partners deserve the mass. A third, `listed`, keeps the partners in listed
-order (hypothesis k pairs the lead with the (k+1)-th listed object): a fixed slot to copy. It
-gave a much better-calibrated warm-up on seed 0 and a failed copy on seed 1
-(benchmarks/README.md, "listed-order teacher"); not the default. A fourth, `lead`, pairs the
+order (hypothesis k pairs the lead with the (k+1)-th listed object): a fixed slot to copy. A
+fourth, `lead`, pairs the
 lead with any object the nearest-first rule allows as its partner, uniformly: it teaches the
 format and where the lead sits, but nothing about which partner, which `approached` does by
 drawing from the three the observation lists first; so all of the partner choice, which is
@@ -22,8 +21,8 @@ what moves the helper, is left to SSRL, as it is for the paper's base model. A f
 `pictured`, is `listed` in an order a picture shows (`pictured_partners`): the partner the
 path has ranked ahead first (the one `cells_ranked` outlines), then the rest in label order.
 The listed order's nearest-first rule needs path distances from the human's start, which a
-from-scratch vision tower does not read: its answers named the lead or an earlier partner
-again in 86 % of samples (benchmarks/README.md, issue 37).
+from-scratch vision tower does not read, so its answers name the lead or an earlier partner
+again.
 """
 
 from __future__ import annotations

@@ -6,11 +6,10 @@ Paper settings (appendix A.1): lr 1e-6 (constant), weight decay 1e-2, grad clip 
 batch 8 (so `ppo_mini_batches=4` optimizer updates per rollout; the public code's
 `configs/gw_asst.yaml` uses 32 and 32, i.e. `step.ppo_mini_batches=1`), 20 epochs over 1000
 unlabelled episodes unrolled into timesteps, 2 particles, uniform prior. The sampler takes
-128 rows per call (`trainer.rollout_rows`): `jaxtom plan` puts the whole step at 32.6 GiB
-(Qwen3-4B) / 46.1 GiB (Qwen3-8B) per device on one 8-GPU host, against 164-178 GiB when all
-1024 rows are prefilled at once (2026-12-05; launch/README.md has the table). Rollouts drop
-finished rows from the decode loop (`trainer.compact_rows`): answers of 20-256 tokens then
-cost their own lengths (benchmarks/README.md, "ragged decoding")."""
+128 rows per call (`trainer.rollout_rows`) so that the whole step fits one 8-GPU host, which
+prefilling all 1024 rows at once does not (`jaxtom plan CONFIG` shows the memory). Rollouts
+drop finished rows from the decode loop (`trainer.compact_rows`): answers of 20-256 tokens
+then cost their own lengths."""
 
 import dataclasses
 import os
@@ -62,53 +61,42 @@ def paper_config(name: str, model_dir: str, family: str) -> Config:
 def tiny_config() -> Config:
     """The CPU default: a tiny Qwen3-architecture decoder from scratch (see the config file).
 
-    Four hypotheses, each the lead paired with one of the first four listed partners, because
-    issue 33's bars need them: with two, even the exact posterior's top two average KL(exact
-    || q) 1.42 on the held-out rows of seeds 0-4, and an answer built on the listed order 1.72
-    at best; with four, 1.09 (benchmarks/README.md, "where the posterior's structure is one
-    token").
+    Four hypotheses, each the lead paired with one of the first four listed partners: with
+    two, even the exact posterior's own top two stay far from it in KL(exact || q), so the
+    goal table's bars need four.
 
     The observation is `compact_ranked`: while the lead is carried, `>` separates partners
     the human's path has ranked apart. That bit is the carry phase's evidence: where it
-    follows the first listed partner, the exact posterior puts all its mass on the first
-    listed pair (seed 0, 354 held-out rows, every one > 0.99); elsewhere 0.24-0.38.
-    Partners are listed in label order until the path ranks them (`approach_order`): before
-    the pick the path holds no evidence about the partner, and a list reshuffled on noise
-    made an answer's most likely goal change from step to step, so the helper's teleport
-    rule committed late (stop 53: the listed-order heuristic's helper went from +0.153 to
-    +0.261 on seed 0's 100 held-out episodes, the exact posterior's +0.211).
+    follows the first listed partner, the exact posterior puts nearly all its mass on the
+    first listed pair. Partners are listed in label order until the path ranks them
+    (`approach_order`): before the pick the path holds no evidence about the partner, and a
+    list reshuffled on noise makes an answer's most likely goal change from step to step, so
+    the helper's teleport rule commits late.
 
     Evaluation: 100 held-out episodes (about 1,350 queries) and the helper on all of them x
     3 human seeds. A helper's per-episode speedup swings by +-0.5 or more with one teleport,
-    so 30 episodes per seed could not separate two helpers 0.03 apart.
+    so a few dozen episodes per seed cannot separate two close helpers.
 
     The warm-up teacher writes the listed pairs (`listed`) with random probabilities, sorted
     only where that `>` follows the first partner, largest or smallest first at random
     (`evidence_order="either"`): the warm-up learns that the token changes the answer's
     shape but not which way round, so where the evidence is decisive it gives the first pair
     the largest or the smallest probability, and SSRL has to learn the direction (and the
-    magnitudes) from the reward. From a warm-up whose probabilities ignored the token, five
-    SSRL settings never learned to read it in 200 steps; from one sorted largest first
-    (`"descending"`, the previous default) SSRL only calibrated what the warm-up already
-    answered, and on one seed of five its margin was within 2 SE; from this one it learns
-    the direction within 25 steps (validation top-1 0.13-0.22 -> 0.33-0.47 on seeds 0-4) and
-    beats its warm-up by 4.5-10.5 SE in held-out log score (benchmarks/README.md, stop 51).
+    magnitudes) from the reward. A warm-up whose probabilities ignore the token leaves SSRL
+    nothing to start reading it from, and one sorted largest first leaves SSRL only
+    calibrating what the warm-up already answers.
 
     SSRL: duplicate pairs are rejected (format penalty), not merged: merged, the policy
-    stacked mass by repeating the first pair and the copy of the list broke within 200 steps.
-    Samples at temperature 0.5 (0.2 collapsed the format, 0.7 left a quarter malformed), the
-    digit after each "0." explored at 3.0, lr 3e-4 and a KL of 0.05 to the warm-up (without
-    it, at 6e-4, the greedy answers lost the listed order). The decoder has no q/k norm: the
-    copy of fixed observation slots needs sharp positional attention (with q/k norm the
-    listed-order warm-up named the lead first in 49% of answers, without it 100%). The
-    warm-up runs 600 steps at lr 1e-3, checked at step 400 and at its end on the monitor
-    (lead named first in at least half the greedy answers), and retried once from a fresh
-    initialisation if it did not copy. The 40 validation episodes (their own layouts) feed
-    that check and the monitor logged every 25 steps; SSRL keeps its last model
-    (`data.keep="last"`). A best-model rule on them did not carry to held-out episodes: on
-    seed 3 all 514 validation queries rank step 150 above step 200 by 0.051 +- 0.020 and
-    the held-out queries rank them the other way (0.026 +- 0.022), so the kept model was
-    1.2 SE below the best it chose from (benchmarks/README.md, stop 52).
+    stacks mass by repeating the first pair and the copy of the list breaks. Samples at
+    temperature 0.5 (lower collapses the format, higher leaves many answers malformed), the
+    digit after each "0." explored at 3.0, lr 3e-4 and a KL of 0.05 to the warm-up, which
+    keeps the greedy answers in the listed order. The decoder has no q/k norm: the copy of
+    fixed observation slots needs sharp positional attention. The warm-up runs 600 steps at
+    lr 1e-3, checked at step 400 and at its end on the monitor (lead named first in at least
+    half the greedy answers), and retried once from a fresh initialisation if it does not
+    copy. The 40 validation episodes (their own layouts) feed that check and the monitor
+    logged every 25 steps; SSRL keeps its last model (`data.keep="last"`), because a
+    best-model choice on validation episodes does not carry over to held-out ones.
 
     The paper configs (`paper_config`) share three of these rules: a KL to the starting model
     (theirs 1e-2, appendix A.1), rejected duplicate pairs (the public code's rule) and the
@@ -189,13 +177,10 @@ def qa_tiny_config() -> Config:
     SSRL on the QA reward; evaluation on 100 held-out episodes (300 questions).
 
     The answer is one token (the letter; `trainer.max_new_tokens=1`); each question is also
-    asked with its options swapped (`data.qa_mirror`); a KL of 0.05 to the starting model and
-    lr 3e-4 decaying to 3e-5. Measured on seeds 0-1 (benchmarks/README.md): without the mirror
-    the policy drifted to one letter for every question within 75-250 steps and stayed there
-    (a group whose samples all agree has zero advantage); with it but no KL at lr 1e-3, seed 1
-    still collapsed to one letter and never recovered; KL 0.1 at lr 1e-3 recovered but
-    collapsed again at step 200; with a letter-plus-eos answer lr 1e-3 broke the format in 10
-    steps."""
+    asked with its options swapped (`data.qa_mirror`): a group whose samples all agree has
+    zero advantage, so without the mirror the policy drifts to one letter for every question
+    and stays there. A KL of 0.05 to the starting model and lr 3e-4 decaying to 3e-5 keep it
+    from collapsing to one letter with the mirror too."""
     return Config(
         model=TINY_MODEL,
         step=StepConfig(learning_rate=3e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,

@@ -65,7 +65,7 @@ def tiny_vl_config() -> Config:
 
 def cpu_vl_config() -> Config:
     """The CPU image default: a from-scratch Qwen3-VL that reads the grid and is trained by
-    SSRL within 15 minutes on 2 cores (issue 37; benchmarks/README.md has its 3 seeds).
+    SSRL within the CPU budget.
 
     The picture is the flat cells at 32 px (`image_style="cells_ranked"`: the partner the
     human's path has ranked ahead is outlined, the picture's version of the text default's
@@ -74,18 +74,16 @@ def cpu_vl_config() -> Config:
     then the `pictured` teacher's seven hypotheses, the lead with every other object (the
     outlined partner first, the rest in label order), at random probabilities sorted either
     way where a partner is outlined; half those rows are the answer's opening only. With
-    every partner named, the true goal is among the hypotheses wherever the lead is read
-    (0.73 of seed 0's queries, against 0.41 with four), and what is left to SSRL is the
-    mass: which the ELBO sets (uniform over partners while the path has not told them
-    apart, the outlined partner after).
+    every partner named, the true goal is among the hypotheses wherever the lead is read,
+    and what is left to SSRL is the mass, which the ELBO sets (uniform over partners while
+    the path has not told them apart, the outlined partner after).
 
     SSRL then holds the vision tower (`step.freeze_vision`) and the answer's structure
     (temperature 0.1, each probability digit explored at 3.0) and moves the probabilities
     at lr 5e-5 with a KL of 0.05 to the warm-up for 100 steps of 8 pictures x 8 samples,
-    repeated pairs merged. At lr 1e-4 (with or without the tower) or at temperature 0.5
-    the held-out lead reading fell (the true goal among the answer's hypotheses 0.73 ->
-    0.56) and the score with it (benchmarks/README.md, stop 62). Held-out: 100 episodes at
-    stride 2, greedy answers; no assistance rows (the goal table is the claim here)."""
+    repeated pairs merged; the low learning rate and temperature keep SSRL from unlearning
+    the reading of the lead. Held-out: 100 episodes at stride 2, greedy answers; no
+    assistance rows (the goal table is the claim here)."""
     cfg = tiny_vl_config()
     mz = cfg.mindzero
     return dataclasses.replace(

@@ -67,9 +67,8 @@ def monitor_scores(texts, rows, true, view: HostEpisodes, num_particles: int,
 
 class BestModel:
     """An SSRL eval hook that keeps the model of the best validation monitor log score, the
-    warm-up's (step 0) included. RL on the ELBO can walk off a good policy: at lr 6e-4 seed
-    0 of the CPU default rose from -4.4 to -3.2 by step 100 and fell to -6.3 by step 200
-    (benchmarks/README.md). Only with validation episodes (`data.val_episodes`): choosing on
+    warm-up's (step 0) included, because RL on the ELBO can walk off a good policy and end
+    below where it passed. Only with validation episodes (`data.val_episodes`): choosing on
     the eval episodes would score the choice on what chose it. The record (`best.json`) and
     the model (`best_<step>`) live in the run directory, so a resumed run chooses from the
     same history."""

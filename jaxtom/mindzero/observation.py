@@ -49,8 +49,8 @@ class HostEpisodes:
     length: np.ndarray  # [E]
     goal: np.ndarray  # [E, 2] (for evaluation only; never shown to the model)
     # (states, trajectories) as NumPy trees, copied off the device on the first `state`
-    # call: indexing the device arrays leaf by leaf for every prompt and picture took about
-    # half of an image warm-up step (eager dispatch per leaf; issue 37)
+    # call: indexing the device arrays leaf by leaf for every prompt and picture costs an
+    # eager dispatch per leaf
     host_trees: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -140,9 +140,8 @@ def partner_ranks(view, e: int, t: int, order: list[int]) -> list[str]:
     nearest-first rule allows it and this one not, or it has the larger closing count), `|`
     otherwise (a tie on evidence, ordered by label only, or no object carried).
     In the carry phase the human's path is the only evidence about the partner, and whether it
-    has separated the first listed partner from the second is then this one token (measured on
-    the CPU default's held-out episodes: where it has, the exact posterior puts all its mass on
-    the first listed pair)."""
+    has separated the first listed partner from the second is then this one token (where it
+    has, the exact posterior puts nearly all its mass on the first listed pair)."""
     if int(view.holding[e, t]) < 0:
         return ["|"] * (len(order) - 1)
     closing = closing_counts(view, e, t)
@@ -243,9 +242,9 @@ def observation_image(view: HostEpisodes, e: int, t: int, cell_size: int = 50,
     cell the human stood on before actions 0..t marked (its trajectory so far), drawn in
     `style`: the paper's "figure" or flat "cells" (`gridworld.render_rgb`), or
     "cells_ranked", the cells with `ranked_partner`'s object outlined. That outline is the
-    picture's `compact_ranked`: a from-scratch tower did not learn to read the partner from
-    the direction of the path within the CPU budget (benchmarks/README.md, issue 37), and
-    the text default reads this evidence as one token too. The trace is the episode's whole
+    picture's `compact_ranked`: a from-scratch tower does not learn to read the partner from
+    the direction of the path within the CPU budget, and the text default reads this
+    evidence as one token too. The trace is the episode's whole
     row of cells under a mask, so every step renders with one program."""
     if style not in IMAGE_STYLES:
         raise ValueError(f"image style must be one of {IMAGE_STYLES}, got {style!r}")

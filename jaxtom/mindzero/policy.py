@@ -101,10 +101,10 @@ class Codec:
 def padded_rows(n: int, minimum: int = 32) -> int:
     """Rows a `sample_completions` call runs: `n` rounded up to a power of two (at least
     `minimum`). The evaluation's calls shrink as episodes end (one call per timestep, and
-    per helper step); with the sampler's own finer row buckets each size compiled its own
-    prefill and decode programs (~2 s each on a 2-core CPU, over half the evaluation's
-    time), while decoding a few idle rows of the tiny model costs next to nothing (so
-    nothing below 32 rows: 8 and 16 were two more programs for the last few queries)."""
+    per helper step); with the sampler's own finer row buckets each size would compile its
+    own prefill and decode programs, which cost more than decoding a few idle rows of the
+    tiny model (so nothing below 32 rows, which would be more programs for the last few
+    queries)."""
     size = max(int(minimum), 1)
     while size < n:
         size *= 2

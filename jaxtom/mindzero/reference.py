@@ -2,7 +2,7 @@
 
 Written the way the public MindZero `compute_score` works -- one sample at a time, replaying
 the episode's states up to t and asking the planner for each step -- for the tests (oracle of
-`elbo_reward_batch`) and the benchmark (the baseline it is measured against).
+`elbo_reward_batch`) and the benchmark (the baseline it compares against).
 """
 
 from __future__ import annotations

@@ -48,9 +48,9 @@ PROBABILITY_MARKER = "0."
 ANSWER_CLOSE = "}]}"  # the end of a Figure 7 answer (`particles.format_particles`)
 PARTICLE_SEPARATOR = "},{"  # between two of its hypotheses
 # the rest of a hypothesis's fixed text, one token each: the BPE's pre-tokenizer splits at
-# every quote, so it spent 24 tokens on a hypothesis whose only choices are 2 colours, 2
-# shapes and a digit (11 tokens with these): every sampled and trained answer was twice as
-# long as its content (benchmarks/README.md, issue 37)
+# every quote, so without these a hypothesis whose only choices are 2 colours, 2 shapes and a
+# digit takes about twice the tokens, and every sampled and trained answer is twice as long
+# as its content
 ANSWER_PIECES = ('{"particles":[', '{"object1":{"color":"', '"object1":{"color":"',
                  '","shape":"', '"},"object2":{"color":"', '"},"p":')
 # the tiny from-scratch vision tower (CPU config): 8x8 learned position table, 2 blocks; it
@@ -86,10 +86,10 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
         # a probability's "0." as one token, where `trainer.explore_temperature` explores
         # (the text prompts' BPE merges it; the longer image prompts' BPE may not), and the
         # answer's closing brackets as one, so the last probability's digit stays a token of
-        # its own: the short image prompts' BPE wrote "0.4}]}" as "0." + "4}]}", and the
-        # one-digit token exploration samples left answers that never closed (2 % parsed;
-        # benchmarks/README.md, issue 37); the same for the separator between hypotheses
-        # ("0.4},{" + the next opening was one token: with four hypotheses no sample parsed)
+        # its own: otherwise the short image prompts' BPE can write "0.4}]}" as "0." + "4}]}",
+        # and the one-digit token exploration samples leaves answers that never close; the
+        # same for the separator between hypotheses (otherwise "0.4},{" + the next opening
+        # can be one token)
         tok.backend.add_tokens([PROBABILITY_MARKER, ANSWER_CLOSE, PARTICLE_SEPARATOR,
                                 *ANSWER_PIECES])
         if jax.process_index() == 0:

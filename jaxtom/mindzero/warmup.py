@@ -98,10 +98,9 @@ def lead_name(view: HostEpisodes, e: int, t: int) -> str:
 def lead_opening(view: HostEpisodes, e: int, t: int, with_partner: bool = False) -> str:
     """An answer's opening up to its first object1, naming the lead (the reading phase's
     target), or up to its first object2 (`with_partner`: the listed first partner, where
-    the picture outlines it). In the answer's own format, not the bare label: after a
-    reading phase on bare labels ("brown square"), 300 teacher steps left answers that wrote
-    the label's words inside the JSON ('"color":"brown"square"square...', no answer parsed;
-    benchmarks/README.md, issue 37)."""
+    the picture outlines it). In the answer's own format, not the bare label: a reading phase
+    on bare labels ("brown square") teaches answers that write the label's words inside the
+    JSON ('"color":"brown"square"square...'), which do not parse."""
     order = approach_order(view, e, t)
     full = format_particles([(order[0], order[1])], np.array([1.0]), view.labels[e],
                             decimals=1)
@@ -112,7 +111,7 @@ def opening_ids(codec: Codec, ids: list[int], opening: str) -> list[int]:
     """The first tokens of the answer `ids` that spell `opening` (a `read_share` row): cut
     from the answer's own tokens, not encoded apart, since the BPE merges the opening's
     last characters with what follows ('"}' + ',"'), and a row ending in a token the answers
-    never use taught answers that did not parse (benchmarks/README.md, issue 37)."""
+    never use teaches answers that do not parse."""
     for k in range(1, len(ids) + 1):
         if len(codec.decode(ids[:k])) >= len(opening):
             if not codec.decode(ids[:k]).startswith(opening):

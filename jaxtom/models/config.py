@@ -67,9 +67,8 @@ class ModelConfig:
     # (query blocks skip the keys after them); "blockwise" is online-softmax attention over
     # `attention_block`-token blocks with memory linear in T (`jaxtom.models.blockwise`);
     # "auto" (default) is dense up to `attention_block` * 8 tokens and blockwise beyond, where
-    # the dense scores dominate memory (on a 2-core CPU, a tiny model's train step was 1.3x
-    # faster dense at 2,688 tokens and 1.2x faster blockwise at 4,096). The two agree to
-    # float rounding. Not part of config.json.
+    # the dense scores dominate memory and blockwise is the faster of the two. The two agree
+    # to float rounding. Not part of config.json.
     attention: str = "auto"
     attention_block: int = 512
 

@@ -31,8 +31,8 @@ from jaxtom.models.config import ModelConfig
 
 # The full (training / scoring) forward unrolls models up to this many layers and scans deeper
 # ones. On CPU the scan's backward pass copies each layer's weights and activations in and out
-# of the stacked buffers, which dominates small models' steps; unrolled, a 30-layer model's
-# train step compiles ~4x slower (12 s -> 46 s) for a ~10% faster step, so deep models scan.
+# of the stacked buffers, which dominates small models' steps; unrolled, a deep model's train
+# step compiles several times slower for a slightly faster step, so deep models scan.
 UNROLL_MAX_LAYERS = 8
 
 # Logical axes of the training forward's activations (mapped to mesh axes by the rule table).

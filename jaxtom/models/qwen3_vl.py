@@ -233,8 +233,8 @@ def prepare_batch(cfg: VLConfig, prompts: Sequence[Sequence[int]],
         for im in imgs:
             pixels = im[0] if preprocessed else as_rgb_uint8(im)
             # preprocessed pictures are shared as objects (a group's rows hold one picture's
-            # patches): hashing their float32 patches cost a VL warm-up step more than
-            # rendering and preprocessing its pictures (benchmarks/README.md, issue 37)
+            # patches), so they are keyed by identity: hashing their float32 patches costs
+            # more than rendering and preprocessing the pictures
             key = (("object", id(im[0]), tuple(im[1])) if preprocessed else
                    (pixels.shape, hashlib.blake2b(np.ascontiguousarray(pixels).tobytes(),
                                                   digest_size=16).digest()))

@@ -71,8 +71,8 @@ class TrainerConfig:
     rollout_rows: int = 0  # sampler rows per call on each process (0: all at once)
     # decode in segments that drop finished rows and attend over the cache slots in use
     # (`sampling.generate(compact=True)`): a ragged batch (completions of 16-512 tokens) then
-    # costs its rows' own lengths, 1.9x fewer decode steps at the papers' lengths
-    # (benchmarks/sampling_ragged.py). The same tokens, logits equal to float32 rounding;
+    # costs its rows' own lengths rather than the longest row's for every row. The same
+    # tokens, logits equal to float32 rounding;
     # off in the CPU defaults, whose fixed-format completions barely differ in length
     compact_rows: bool = False
     row_len: int = 64  # tokens per packed row
@@ -294,7 +294,7 @@ SHARED_ROW_QUANTUM = 64  # shared-prompt row lengths are bucketed: few compiled 
 
 def shared_row_len(longest: int) -> int:
     """The packed row length for a family of `longest` tokens: multiples of 64 up to 512,
-    then steps of a quarter of the current power of two (`sampling.bucket`: 640, 768, 896,
+    then steps of a quarter of the current power of two (`buckets.bucket`: 640, 768, 896,
     1024, 1280, ...), so rows of the papers' lengths (families of 8 completions of up to 512
     tokens) compile a dozen update programs, not one per multiple of 64, at <= 25% padding."""
     return bucket(longest, SHARED_ROW_QUANTUM, SHARED_ROW_QUANTUM)

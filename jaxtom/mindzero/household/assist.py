@@ -243,7 +243,7 @@ class ExactPosterior(BeliefSource):
     accumulated from the first human action; the helper reads its top `top_k` goals
     (renormalised). Goals whose posterior falls below `prune` (relative to the best) are
     dropped for good (`prune=0`: none, the exact posterior; the default 1e-20 leaves the top
-    of the distribution unchanged in practice and makes a run ~10x faster)."""
+    of the distribution unchanged in practice and makes a run much faster)."""
     name = "exact posterior"
 
     def __init__(self, top_k: int = 10, prune: float = 1e-20, floor: float = 1e-300):
@@ -378,7 +378,7 @@ class AssistConfig:
     """`human`: the person's parameters. The default observes partially, as the paper's
     domain (section 5.3; O-WAH's evaluation ran full, its `--obs_type=partial` commented
     out): any helper that opens containers then shows the searching person what is inside,
-    so even a random-goal helper speeds it up (benchmarks/README, household section)."""
+    so even a random-goal helper speeds it up."""
     max_steps: int = MAX_STEPS
     gnp: GnPConfig = GnPConfig()
     human: HumanParams = HumanParams()

@@ -52,7 +52,7 @@ class HouseholdSpec:
     after_first_key_action: bool = True  # training timesteps start after the first grab/put
     # warm-up and SSRL prompts: one per timestep (False) or the same number per episode (True,
     # `household.train.balanced`; on in the CPU default, off for the paper's runs, which
-    # unroll every timestep; benchmarks/README.md, household CPU default, stops 55-56)
+    # unroll every timestep)
     balance_episodes: bool = False
     monitor_rows: int = 96  # held-out queries the training monitor scores
     seed_offset: int = 0  # episodes derive from trainer.seed + this

@@ -22,12 +22,11 @@ a from-scratch model the format): `approached` starts from what the human has gr
 (delivered plus held, with those counts), where it put them, or the target it is carrying
 something towards, and adds alternatives in a fixed order (every count +1, one more type of
 the task, every count +2), each with at least 0.1 of the mass; `random` draws O-WAH random
-goals (`helper_beliefs.random_goal`). Neither reads the true goal. The fixed order matters:
-a teacher that perturbed at random taught a from-scratch model to repeat its first hypothesis
-(the mode of every slot), and SSRL then filled the other slots with junk at p = 0, where the
-reward no longer reaches their content (benchmarks/README.md, household CPU default, stop
-55). SSRL has to learn from the reward which completions deserve the mass (the objects still
-to come, equal counts, the task that fits).
+goals (`helper_beliefs.random_goal`). Neither reads the true goal. The order is fixed
+because a teacher that perturbs at random teaches a from-scratch model to repeat its first
+hypothesis (the mode of every slot), and SSRL then fills the other slots with junk at p = 0,
+where the reward does not reach their content. SSRL has to learn from the reward which
+completions deserve the mass (the objects still to come, equal counts, the task that fits).
 
 `goal_support(apartment)`: the finite goal set the task generator can draw in an apartment
 (about 660 goals), the hypothesis space of the exact posterior the evaluation prints.
@@ -317,8 +316,7 @@ def _perturb(goal: Goal, ev: Evidence, rng: np.random.Generator) -> Goal:
 def _variants(goal: Goal) -> list[Goal]:
     """Evidence-consistent alternatives to the observed goal, in a fixed order: more of what
     has been seen (every count +1), one more type of the task at the largest count, every
-    count +2. (Two more types in place of one scored lower after SSRL: benchmarks/README.md,
-    household CPU default, stop 55.)"""
+    count +2."""
     counts = dict(goal.objects)
     out = [Goal.make(goal.task_name, {k: c + 1 for k, c in counts.items()}, goal.target)]
     kinds = [k for k in catalog.TASK_OBJECTS[goal.task_name] if k not in counts]

@@ -14,9 +14,10 @@ method puts outside H is lost), top-1 (the true goal is the most probable partic
 the credit), KL(exact || smoothed q) over H, and TFLOPs per query (appendix A.2:
 2 x active parameters x tokens). Means with episode-clustered SEs and the trained model's paired
 margin over each method (`jaxtom.eval.metrics`). The assistance (speedup) and QA (accuracy)
-columns of Tables 1b / 4b come from `jaxtom.mindzero.household.assist.evaluate_run_assistance` (with
-`eval.assistance`) and `jaxtom.mindzero.household.qa.evaluate_run_qa` (with `eval.qa_episodes > 0`),
-called with the same models and held-out episodes (`EXTRA_TABLES`).
+columns of Tables 1b / 4b come from
+`jaxtom.mindzero.household.evaluate_assist.evaluate_run_assistance` (with `eval.assistance`) and
+`jaxtom.mindzero.household.qa_ssrl.evaluate_run_qa` (with `eval.qa_episodes > 0`), called with
+the same models and held-out episodes.
 """
 
 from __future__ import annotations

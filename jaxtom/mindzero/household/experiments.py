@@ -53,23 +53,16 @@ def household_paper_config(name: str, model_dir: str, family: str,
 def household_tiny_config() -> Config:
     """The CPU default (see configs/mindzero_household_tiny.py).
 
-    Sampling at temperature 0.7, not 1.0: at 1.0 a third of the first SSRL samples were
-    malformed (well formed 0.64-0.67 over the first ten steps, 0.85-0.87 over the last), and a
-    malformed sample's penalty spends a group's advantage on the format rather than the goal; at
-    0.7, 0.69-0.74 -> 0.91-0.93, and the mean reward of the last ten steps rose from -8.6..-9.7
-    to -5.4..-6.8. lr 6e-4 (was 3e-4): on seed 3 the last 45 steps' reward -4.9 against -5.9
-    and the held-out margin +0.64 ± 0.22 against +0.54 ± 0.20.
+    Sampling at temperature 0.7, not 1.0: at 1.0 about a third of the first SSRL samples are
+    malformed, and a malformed sample's penalty spends a group's advantage on the format
+    rather than the goal.
 
-    32 prompts per step (was 16) with every episode given the same number of prompts
-    (`household.balance_episodes`): training prompts are timesteps, so long episodes (large
-    goals) outvoted short ones and SSRL learned to raise every count by one, losing the
-    one-each goals the episode-averaged evaluation weighs like any other; each change alone
-    left one seed of five below 2 SE (seed 2 at 1.8 SE with 16 unbalanced prompts, seed 3 at
-    0.5 SE with 16 balanced), both together gave seed 2 +1.52 ± 0.19 and seed 3 +0.81 ± 0.23.
-    128 test episodes at every sixth step (~1,400 queries): an episode's queries are
-    correlated, so the margin over the warm-up is only as precise as the number of episodes;
-    with 32 the same trained model's margin read +0.76 ± 0.46 and with 64 +1.37 ± 0.34
-    (benchmarks/README.md, household CPU default, stops 55-56).
+    32 prompts per step with every episode given the same number of prompts
+    (`household.balance_episodes`): training prompts are timesteps, so without balancing long
+    episodes (large goals) outvote short ones and SSRL learns to raise every count by one,
+    losing the one-each goals the episode-averaged evaluation weighs like any other. 128 test
+    episodes at every sixth step (~1,400 queries): an episode's queries are correlated, so
+    the margin over the warm-up is only as precise as the number of episodes.
     """
     return Config(
         model=dataclasses.replace(TINY_MODEL, vocab_size=768),

@@ -1,4 +1,4 @@
-"""Household MindZero on the one trainer (`jaxtom.rl.Trainer`): format warm-up, then SSRL.
+"""Household MindZero on the one trainer (`jaxtom.rl.trainer.Trainer`): format warm-up, then SSRL.
 
 Same two phases as the gridworld (`jaxtom.mindzero.trainer`), household parts plugged in:
 the warm-up is a supervised rollout on the label-free teacher of `jaxtom.mindzero.household.data`
