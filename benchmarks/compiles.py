@@ -168,10 +168,10 @@ def paper_overrides(config: str, standin: Path, workdir: Path, steps: int,
     sys.path.insert(0, str(ROOT))
     from tests.commands.test_every_config import _overrides
     out = [a for a in _overrides(config, standin, workdir)
-           if not a.startswith(("trainer.total_steps=", "step.total_steps=",
+           if not a.startswith(("trainer.total_steps=",
                                 "trainer.checkpoint_every=", "trainer.eval_every=",
                                 "trainer.max_new_tokens="))]
-    out += [f"trainer.total_steps={steps}", f"step.total_steps={steps}",
+    out += [f"trainer.total_steps={steps}",
             f"trainer.checkpoint_every={steps}", "trainer.eval_every=0",
             f"trainer.max_new_tokens={max_new}"]
     if Path(config).stem.startswith("mindzero"):

@@ -84,7 +84,7 @@ def main(argv=None) -> dict:
 
     config = apply_overrides(experiments.smollm2_config(args.domain), [
         f"model.lora_rank={args.rank}", f"model.lora_alpha={float(args.rank)}", "step.lora=true",
-        f"step.learning_rate={args.lr}", f"step.total_steps={args.steps}",
+        f"step.learning_rate={args.lr}", 
         f"trainer.total_steps={args.steps}", f"trainer.checkpoint_every={args.steps}",
         f"trainer.seed={args.seed}", f"trainer.prompts_per_step={args.prompts_per_step}",
         f"trainer.group_size={args.group_size}", f"ctom.pred_rows={args.pred_rows}",

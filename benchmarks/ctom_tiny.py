@@ -96,7 +96,7 @@ def run(root: Path, seed: int, variant: str, rerun: bool) -> dict:
     out = {"seed": seed, "variant": variant, "run": wd.name}  # a directory under --root
     if variant == "naive_wall":
         steps = wall_matched_steps(root, seed)
-        overrides += [f"trainer.total_steps={steps}", f"step.total_steps={steps}"]
+        overrides += [f"trainer.total_steps={steps}"]
         out["steps"] = steps
     if (wd / f"eval_{mode}.json").exists() and not rerun:
         return {**out, "skipped": True}

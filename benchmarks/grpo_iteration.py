@@ -149,8 +149,7 @@ def jaxtom_configs(shape: Shape, total_steps: int, optimized: bool):
                         share_prompts=optimized, shared_fixed_rows=optimized,
                         compact_rows=optimized, checkpoint_every=10 ** 6, progress=False)
     step_cfg = StepConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, kl_coef=KL,
-                          clip_low=EPS, clip_high=EPS, total_steps=total_steps,
-                          end_lr_ratio=1.0)
+                          clip_low=EPS, clip_high=EPS, end_lr_ratio=1.0)
     return cfg, step_cfg
 
 

@@ -159,7 +159,7 @@ def run_jaxtom(path, batch, every_position: bool = False):
 
     model = models.from_pretrained(path)
     learner = rl.Learner(model, rl.StepConfig(reference="batch", kl_coef=0.01, max_grad_norm=1.0,
-                                              learning_rate=1e-6, weight_decay=0.01))
+                                              learning_rate=1e-6, weight_decay=0.01), total_steps=1000)
     batch = learner.put_batch(batch)
     box = {"state": learner.init_state(model)}
     compiled = learner.program(box["state"], batch, every_position=every_position).lower(

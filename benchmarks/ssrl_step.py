@@ -88,7 +88,7 @@ def main(argv=None) -> dict:
     picked = rng.choice(len(prep.ssrl_tasks), config.trainer.prompts_per_step, replace=False)
     tasks = [dict(prep.ssrl_tasks[i], row=r) for r, i in enumerate(picked)]
 
-    learner = Learner(model, config.step)
+    learner = Learner(model, config.step, total_steps=config.trainer.total_steps)
     state = learner.init_state(model, seed=config.trainer.seed)
     key = jax.random.key(args.seed)
     parts: dict[str, list[float]] = {}
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
     }
     setups = {}
     for name, (m, tcfg) in variants.items():
-        ln = Learner(m, config.step)
+        ln = Learner(m, config.step, total_steps=config.trainer.total_steps)
         st = ln.init_state(m, seed=config.trainer.seed)
         b = pack_rollout(rollout, tcfg)
         placed = ln.put_global_batch(b)

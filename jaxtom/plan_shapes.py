@@ -211,7 +211,7 @@ def abstract_state(config, mcfg, mesh):
 
 
     build, model = abstract_model(config, mcfg)
-    learner = Learner(model, config.step, mesh)
+    learner = Learner(model, config.step, mesh, total_steps=config.trainer.total_steps)
     state = jax.eval_shape(lambda: learner.init_state(build(), seed=0))
     return learner, with_shardings(state, learner.state_shardings(state))
 

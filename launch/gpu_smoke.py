@@ -356,7 +356,7 @@ def run(config_path: str, overrides: list[str], args, out: dict) -> None:
 
     # the train state, built on the device in one program
     build, abstract = plan_shapes.abstract_model(config, mcfg)
-    learner = Learner(abstract, config.step, mesh)
+    learner = Learner(abstract, config.step, mesh, total_steps=config.trainer.total_steps)
     start = time.perf_counter()
     state = jax.jit(lambda: learner.init_state(build(), seed=config.model.seed))()
     jax.block_until_ready(state)

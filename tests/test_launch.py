@@ -407,7 +407,7 @@ def test_gpu_smoke_batch_is_the_program_the_plan_compiles(smoke):
     config = smoke.load(smoke.DEFAULT_CONFIG, overrides)
     mcfg = plan_shapes.model_config(config.model)
     _, abstract = plan_shapes.abstract_model(config, mcfg)
-    learner = Learner(abstract, config.step)
+    learner = Learner(abstract, config.step, total_steps=config.trainer.total_steps)
     rows = plan_shapes.rollout_rows(config)
     batch = smoke.random_batch(config, mcfg, learner, rows, seed=0)
     want = plan_shapes.abstract_batch(config, mcfg, rows, plan_shapes.padded_rows(1, learner))

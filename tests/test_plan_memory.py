@@ -87,7 +87,7 @@ model = models.from_pretrained(ckpt, dtype=config.model.param_dtype,
 measured["loaded"] = live()
 terms["loaded"] = {"params": tree_bytes(nnx.state(model))}
 
-learner = Learner(model, config.step, mesh)
+learner = Learner(model, config.step, mesh, total_steps=config.trainer.total_steps)
 state = learner.init_state(model, seed=0)
 del model
 measured["init_state"] = live()

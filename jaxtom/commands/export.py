@@ -125,7 +125,8 @@ def restore_trainer_checkpoint(model, config, directory, step: int | None, mesh)
         elif step not in steps:
             raise MissingInputError(f"{directory}: no checkpoint of step {step}; expected one "
                                     f"of {steps}")
-        learner = Learner(model, config.step, mesh=mesh)
+        learner = Learner(model, config.step, mesh=mesh,
+                          total_steps=config.trainer.total_steps)
         state, _ = ckpt.restore(learner.init_state(model, seed=config.trainer.seed), step)
     finally:
         ckpt.close()

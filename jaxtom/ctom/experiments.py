@@ -30,7 +30,7 @@ def smollm2_config(domain: str) -> Config:
     """SmolLM2-135M-Instruct (real GGUF weights), scripted simulator, caps sized for a CPU."""
     return Config(
         model=ModelSection(path="smollm2", family="llama", vocab_size=49152),
-        step=StepConfig(learning_rate=1e-5, total_steps=2, kl_coef=0.0, lambda_pred=1.0,
+        step=StepConfig(learning_rate=1e-5, kl_coef=0.0, lambda_pred=1.0,
                         micro_batches=4, max_grad_norm=1.0),
         trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_smollm2", total_steps=2,
                               prompts_per_step=2, group_size=2, max_new_tokens=16,
@@ -71,7 +71,7 @@ def qwen3_8b_config(domain: str) -> Config:
             os.environ.get("JAXTOM_MODELS", "/models"), "Qwen3-8B")), family="qwen3",
                            vocab_size=151936, param_dtype="float32", compute_dtype="bfloat16",
                            lora_rank=32, lora_alpha=32.0),
-        step=StepConfig(learning_rate=1e-4, total_steps=steps, kl_coef=0.01, lambda_pred=1.0,
+        step=StepConfig(learning_rate=1e-4, kl_coef=0.01, lambda_pred=1.0,
                         micro_batches=3, ppo_mini_batches=3, lora=True),
         trainer=TrainerConfig(workdir=f"runs/ctom_{domain}_qwen3_8b", total_steps=steps,
                               prompts_per_step=36, group_size=4, max_new_tokens=16,
@@ -102,7 +102,7 @@ def tiny_config() -> Config:
         model=ModelSection(path="", family="qwen3", vocab_size=768, hidden_size=96,
                            intermediate_size=256, num_layers=3, num_heads=4, num_kv_heads=2,
                            head_dim=24, qk_norm=False, initializer_range=0.1),
-        step=StepConfig(learning_rate=5e-4, warmup_steps=5, total_steps=60, kl_coef=0.0,
+        step=StepConfig(learning_rate=5e-4, warmup_steps=5, kl_coef=0.0,
                         weight_decay=0.0, lambda_pred=1.0, max_grad_norm=1.0,
                         end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/ctom_tiny", total_steps=60, prompts_per_step=8,

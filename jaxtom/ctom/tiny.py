@@ -162,8 +162,7 @@ class TeacherRollout:
 def warmup_configs(config):
     w = config.ctom.warmup
     step = dataclasses.replace(config.step, learning_rate=w.learning_rate, kl_coef=0.0,
-                               weight_decay=0.0, total_steps=max(w.steps, 1),
-                               warmup_steps=min(10, w.steps), lambda_entropy=0.0,
+                               weight_decay=0.0, warmup_steps=min(10, w.steps), lambda_entropy=0.0,
                                lambda_pred=0.0, end_lr_ratio=0.0, reference="none")
     trainer = dataclasses.replace(
         config.trainer, workdir=str(storage.path(config.trainer.workdir) / "warmup_train"),

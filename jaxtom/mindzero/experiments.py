@@ -42,7 +42,7 @@ def paper_config(name: str, model_dir: str, family: str) -> Config:
         model=ModelSection(path=os.path.join(root, model_dir), family=family,
                            param_dtype="float32", compute_dtype="bfloat16"),
         step=StepConfig(learning_rate=1e-6, weight_decay=1e-2, max_grad_norm=1.0, kl_coef=1e-2,
-                        total_steps=PAPER_STEPS, end_lr_ratio=1.0, micro_batches=8,
+                        end_lr_ratio=1.0, micro_batches=8,
                         ppo_mini_batches=4),
         trainer=TrainerConfig(workdir=f"runs/{name}", total_steps=PAPER_STEPS,
                               prompts_per_step=32, group_size=32, temperature=1.0,
@@ -106,7 +106,7 @@ def tiny_config() -> Config:
     return Config(
         model=dataclasses.replace(TINY_MODEL, qk_norm=False),
         step=StepConfig(learning_rate=3e-4, warmup_steps=25, weight_decay=0.0, kl_coef=0.05,
-                        max_grad_norm=1.0, total_steps=200, end_lr_ratio=1.0),
+                        max_grad_norm=1.0, end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/mindzero_gridworld_tiny", total_steps=200,
                               prompts_per_step=16, group_size=8, temperature=0.5,
                               max_new_tokens=96, row_len=160, eval_every=25,
@@ -130,7 +130,7 @@ def smollm2_config() -> Config:
     slow CPU smoke run."""
     return Config(
         model=ModelSection(path="smollm2", family="llama", vocab_size=49152),
-        step=StepConfig(learning_rate=1e-6, kl_coef=1e-2, total_steps=20, end_lr_ratio=1.0),
+        step=StepConfig(learning_rate=1e-6, kl_coef=1e-2, end_lr_ratio=1.0),
         trainer=TrainerConfig(workdir="runs/mindzero_gridworld_smollm2", total_steps=20,
                               prompts_per_step=2, group_size=4, temperature=1.0,
                               max_new_tokens=128, row_len=2048, checkpoint_every=10),
@@ -158,7 +158,7 @@ def qa_paper_config(name: str, model_dir: str, family: str) -> Config:
     base = paper_config(name, model_dir, family)
     return dataclasses.replace(
         base,
-        step=dataclasses.replace(base.step, total_steps=QA_PAPER_STEPS, ppo_mini_batches=1),
+        step=dataclasses.replace(base.step, ppo_mini_batches=1),
         trainer=dataclasses.replace(base.trainer, total_steps=QA_PAPER_STEPS, group_size=16,
                                     max_new_tokens=5, eval_every=100),
         mindzero=MindZeroSection(
@@ -184,7 +184,7 @@ def qa_tiny_config() -> Config:
     return Config(
         model=TINY_MODEL,
         step=StepConfig(learning_rate=3e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,
-                        max_grad_norm=1.0, total_steps=300, end_lr_ratio=0.1),
+                        max_grad_norm=1.0, end_lr_ratio=0.1),
         trainer=TrainerConfig(workdir="runs/mindzero_qa_tiny", total_steps=300,
                               prompts_per_step=8, group_size=8, temperature=1.0,
                               max_new_tokens=1, row_len=64, eval_every=25, checkpoint_every=50),

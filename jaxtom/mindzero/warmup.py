@@ -32,7 +32,7 @@ def warmup_step_config(config) -> StepConfig:
     w = config.mindzero.warmup
     return dataclasses.replace(
         config.step, learning_rate=w.learning_rate, kl_coef=0.0, weight_decay=0.0,
-        total_steps=max(w.steps, 1), warmup_steps=min(10, w.steps), lambda_entropy=0.0,
+        warmup_steps=min(10, w.steps), lambda_entropy=0.0,
         end_lr_ratio=0.0, reference="none", freeze_vision=False)
 
 

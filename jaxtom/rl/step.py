@@ -50,10 +50,11 @@ from jaxtom.rl.step_config import (
 from jaxtom.rl.widths import score_widths, scored_positions
 
 class Learner(RowPlacement):
-    """Owns the static parts of training (graph, optimiser, mesh) and the compiled step."""
+    """Owns the static parts of training (graph, optimiser, mesh) and the compiled step;
+    `total_steps`: rollout batches the learning-rate schedule spans (`trainer.total_steps`)."""
 
     def __init__(self, model: Decoder, cfg: StepConfig, mesh: Mesh | None = None,
-                 rules: dict | None = None):
+                 rules: dict | None = None, *, total_steps: int):
         for name in ("micro_batches", "ppo_mini_batches", "ppo_epochs"):
             value = getattr(cfg, name)
             if not isinstance(value, int) or value < 1:
@@ -73,7 +74,7 @@ class Learner(RowPlacement):
             1, 1, 1, devices=jax.devices()[:1])
         self.rules = rules
         self.tx = make_optimizer(cfg)
-        self.schedule = make_schedule(cfg)
+        self.schedule = make_schedule(cfg, total_steps)
         self.graphdef, _, _ = self._split(model)
         self._compiled: dict[Any, Any] = {}
 

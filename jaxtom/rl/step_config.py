@@ -18,10 +18,11 @@ REFERENCES = ("frozen_copy", "lora_disabled", "batch", "none")
 class StepConfig:
     """Static hyperparameters of the update (hashable: part of what gets compiled).
 
-    `warmup_steps` and `total_steps` count rollout batches (`Learner.update` calls, the
-    trainer's step); the LR schedule itself runs over optimiser updates, of which there are
-    `updates_per_batch = ppo_epochs * ppo_mini_batches` per rollout batch, so update u of
-    batch s uses lr = schedule(s * updates_per_batch + u) on a schedule that is
+    `warmup_steps` counts rollout batches (`Learner.update` calls, the trainer's step), as
+    does the schedule's length, the run's `trainer.total_steps` (one number: the loop and the
+    schedule cannot disagree). The LR schedule itself runs over optimiser updates, of which
+    there are `updates_per_batch = ppo_epochs * ppo_mini_batches` per rollout batch, so
+    update u of batch s uses lr = schedule(s * updates_per_batch + u) on a schedule that is
     `total_steps * updates_per_batch` updates long (`make_schedule`).
 
     Precision (the model's `param_dtype` / `compute_dtype`; log-probs, losses, gradient
@@ -45,7 +46,6 @@ class StepConfig:
     lambda_entropy: float = 0.0
     learning_rate: float = 1e-6
     warmup_steps: int = 0
-    total_steps: int = 1000
     end_lr_ratio: float = 0.0
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -88,10 +88,11 @@ class TrainState:
     rng: jax.Array  # uint32 raw key data, for the trainer's sampling
 
 
-def make_schedule(cfg: StepConfig):
-    """Warmup + cosine LR as a function of the optimiser-update index (not the rollout step)."""
+def make_schedule(cfg: StepConfig, total_steps: int):
+    """Warmup + cosine LR as a function of the optimiser-update index (not the rollout step),
+    decaying over `total_steps` rollout batches (the run's `trainer.total_steps`)."""
     u = cfg.updates_per_batch
-    warmup, total = cfg.warmup_steps * u, cfg.total_steps * u
+    warmup, total = cfg.warmup_steps * u, total_steps * u
     return optax.warmup_cosine_decay_schedule(
         0.0 if warmup else cfg.learning_rate, cfg.learning_rate,
         warmup, max(total, warmup + 1), cfg.learning_rate * cfg.end_lr_ratio)

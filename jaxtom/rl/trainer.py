@@ -338,7 +338,7 @@ class Trainer:
         # state's params are a sharded copy; the Trainer keeps no second one for the run)
         self.model0, self.tasks, self.rollout_fn = model, list(tasks), rollout_fn
         self.cfg, self.eval_hooks, self.desc = cfg, list(eval_hooks), desc
-        self.learner = Learner(model, step_cfg, mesh=mesh)
+        self.learner = Learner(model, step_cfg, mesh=mesh, total_steps=cfg.total_steps)
 
     def run(self) -> TrainState:
         """Trains to `cfg.total_steps`, resuming from the newest checkpoint in the workdir

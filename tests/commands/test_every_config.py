@@ -49,7 +49,7 @@ def test_bad_overrides_are_one_line_exit_2(path, command, tmp_path, capsys):
 
 def _overrides(path: str, standin: Path, workdir: Path) -> list[str]:
     """Scaled-down sizes; precision, mesh, micro/mini batches, controller, reward stay."""
-    out = [f"trainer.workdir={workdir}", "trainer.total_steps=2", "step.total_steps=2",
+    out = [f"trainer.workdir={workdir}", "trainer.total_steps=2",
            "trainer.checkpoint_every=2", "trainer.progress=false"]
     name = Path(path).stem
     if name == "toy_cpu":

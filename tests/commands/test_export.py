@@ -31,7 +31,7 @@ def make_run(workdir: Path, overrides=(), steps=(1, 2)) -> dict[int, float]:
     record_config(config)
     mesh = make_mesh(config)
     model = build_model(config, mesh)
-    learner = Learner(model, config.step, mesh=mesh)
+    learner = Learner(model, config.step, mesh=mesh, total_steps=config.trainer.total_steps)
     state = learner.init_state(model, seed=config.trainer.seed)
     ckpt = Checkpointer(workdir / "checkpoints", keep=5)
     shifts = {}

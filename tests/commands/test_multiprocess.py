@@ -24,13 +24,13 @@ from tests.tolerance import float32_tol
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TOY = ["configs/toy_cpu.py", "trainer.total_steps=3", "step.total_steps=3",
+TOY = ["configs/toy_cpu.py", "trainer.total_steps=3",
        "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5", "mesh.data=-1",
        "step.kl_coef=0.01"]
 MINDZERO = ["configs/mindzero_gridworld_tiny.py", "mindzero.data.train_episodes=8",
             "mindzero.data.eval_episodes=2", "mindzero.warmup.steps=2",
             "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
-            "mindzero.warmup.batch_size=4", "trainer.total_steps=3", "step.total_steps=3",
+            "mindzero.warmup.batch_size=4", "trainer.total_steps=3",
             "trainer.prompts_per_step=2", "trainer.group_size=4", "trainer.max_new_tokens=16",
             "trainer.eval_every=0", "mindzero.data.val_episodes=0",
             "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5",

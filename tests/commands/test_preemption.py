@@ -24,7 +24,7 @@ from tests.commands.test_multiprocess import (MINDZERO, ROOT, checkpoint, finish
 STEPS = 10
 # the reward sleeps 0.3 s, so a step outlasts the stop's agreement; no periodic checkpoint
 # before the end (checkpoint_every), so the one the stop writes is the only one
-TOY = ["configs/toy_cpu.py", f"trainer.total_steps={STEPS}", f"step.total_steps={STEPS}",
+TOY = ["configs/toy_cpu.py", f"trainer.total_steps={STEPS}",
        "trainer.checkpoint_every=1000", "trainer.keep_checkpoints=5", "mesh.data=-1",
        "step.kl_coef=0.01", "task.name=tests.rl.slow_task:factory"]
 STOP_LINE = re.compile(r"jaxtom: stopped by (?P<cause>.+) \(exit 143\); checkpoint at step "

@@ -26,7 +26,7 @@ def ctom_args(config: str, standin: Path) -> list[str]:
     vocab = json.loads((standin / "config.json").read_text())["vocab_size"]
     return [config, f"model.path={standin}", "model.family=qwen3", f"model.vocab_size={vocab}",
             "mesh.data=-1", "mesh.fsdp=1", "mesh.tensor=1", "trainer.total_steps=2",
-            "step.total_steps=2", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5",
+            "trainer.checkpoint_every=1", "trainer.keep_checkpoints=5",
             "trainer.progress=false", "ctom.simulator=scripted", "ctom.num_tasks=4",
             "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.row_len=320",
             "trainer.num_rows=0",

@@ -10,7 +10,7 @@ from jaxtom.commands.train import train
 from jaxtom.config import load_config
 from jaxtom.ctom.evaluate import run_eval
 
-MICRO = ["trainer.total_steps=4", "step.total_steps=4", "step.warmup_steps=1",
+MICRO = ["trainer.total_steps=4", "step.warmup_steps=1",
          "trainer.progress=false", "trainer.checkpoint_every=4", "ctom.warmup.steps=8",
          "ctom.num_tasks=48", "ctom.eval_tasks=4", "ctom.eval_conversations=2",
          "trainer.prompts_per_step=2", "trainer.group_size=4", "step.learning_rate=1e-2",
@@ -70,7 +70,7 @@ def test_the_default_learns_to_predict_the_user(tmp_path):
     over steps 31-40, and the held-out NLL at 1.31 (warm-up) -> 0.64 after 60 steps; the
     margins are under half of each."""
     overrides = [f"trainer.workdir={tmp_path}", "trainer.total_steps=40",
-                 "step.total_steps=40", "trainer.checkpoint_every=40", "trainer.progress=false",
+                 "trainer.checkpoint_every=40", "trainer.progress=false",
                  "ctom.eval_conversations=2"]
     train(load_config("configs/ctom_tiny.py", overrides), progress=False)
     steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

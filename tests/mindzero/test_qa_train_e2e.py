@@ -15,7 +15,7 @@ def test_qa_ssrl_beats_its_starting_model(tmp_path):
     cfg = load_config("configs/mindzero_qa_tiny.py", [
         f"trainer.workdir={tmp_path}", "trainer.progress=false", "mindzero.data.train_episodes=80",
         "mindzero.data.eval_episodes=40", "mindzero.warmup.steps=60", "trainer.total_steps=200",
-        "step.total_steps=200", "trainer.eval_every=200"])
+        "trainer.eval_every=200"])
     out = train(cfg, progress=False)
     start = out["timings"]["start_monitor"]
     rows = [json.loads(x) for x in (tmp_path / "ssrl" / "metrics.jsonl").read_text().splitlines()]

@@ -49,7 +49,7 @@ def test_ssrl_learns_from_the_reward_alone(tmp_path):
         "mindzero.data.eval_episodes=4", "mindzero.warmup.steps=60",
         "mindzero.warmup.batch_size=16", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
         "mindzero.warmup.learning_rate=3e-3",  # the setting the figures below were measured at
-        "trainer.total_steps=150", "step.total_steps=150", "step.warmup_steps=5",
+        "trainer.total_steps=150", "step.warmup_steps=5",
         "step.learning_rate=1e-3",
         "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0",
         "mindzero.data.val_episodes=0"])
@@ -75,7 +75,7 @@ def test_ssrl_micro_run_learns_the_format_from_the_reward_alone(tmp_path):
         "mindzero.warmup.steps=60", "mindzero.warmup.batch_size=16",
         "mindzero.warmup.learning_rate=3e-3", "mindzero.warmup.min_distinct=0",
         "mindzero.warmup.min_lead=0", "mindzero.warmup.retries=0", "mindzero.warmup.check_at=0",
-        "trainer.total_steps=50", "step.total_steps=50", "step.warmup_steps=5",
+        "trainer.total_steps=50", "step.warmup_steps=5",
         "step.learning_rate=1e-3", "trainer.max_new_tokens=48",
         "trainer.prompts_per_step=8", "trainer.group_size=8", "trainer.eval_every=0",
         "trainer.checkpoint_every=50", "mindzero.data.val_episodes=0"])

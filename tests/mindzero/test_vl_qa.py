@@ -19,7 +19,7 @@ from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.vl_prompts import IMAGE_PAD
 
 SMALL = ["mindzero.data.train_episodes=16", "mindzero.data.eval_episodes=6",
-         "trainer.total_steps=4", "step.total_steps=4", "step.warmup_steps=0",
+         "trainer.total_steps=4", "step.warmup_steps=0",
          "mindzero.warmup.steps=2", "mindzero.warmup.batch_size=8", "trainer.eval_every=2",
          "trainer.checkpoint_every=2", "trainer.prompts_per_step=2", "trainer.group_size=4"]
 IMAGE = ["mindzero.data.observation=image", "mindzero.data.image_cell_size=16"]

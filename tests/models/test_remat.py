@@ -148,7 +148,7 @@ SCRIPT = textwrap.dedent("""
     # (3) compiled temporaries of a sharded GRPO update, remat on vs off, scanned model
     def update_temp(remat):
         model = init_decoder(small_cfg(10, remat), seed=1)
-        learner = rl.Learner(model, rl.StepConfig(micro_batches=2), mesh=mesh)
+        learner = rl.Learner(model, rl.StepConfig(micro_batches=2), mesh=mesh, total_steps=1000)
         state = jax.eval_shape(lambda: learner.init_state(model))
         b = random_batch(0, num_rows=32, row_len=128, prediction=False)
         b = jax.tree.map(lambda x: jax.ShapeDtypeStruct(

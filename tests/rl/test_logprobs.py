@@ -154,7 +154,7 @@ def test_learner_log_probs_equal_the_full_logits(tied):
     """The step's path (decoder hidden states + chunked head on scored positions) against
     `token_logprobs` on the decoder's logits, values and parameter gradients."""
     model = init_decoder(TINY.replace(tie_word_embeddings=tied), seed=1)
-    learner = rl.Learner(model, rl.StepConfig(reference="none", kl_coef=0.0))
+    learner = rl.Learner(model, rl.StepConfig(reference="none", kl_coef=0.0), total_steps=1000)
     batch = jax.tree.map(jnp.asarray, random_batch(2, prediction=False))
     width, _ = rl.widths.score_widths(batch)
     graphdef, params, frozen = learner._split(model)

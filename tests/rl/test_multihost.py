@@ -26,7 +26,7 @@ SCRIPT = MULTIHOST_PREAMBLE + textwrap.dedent("""
                              adam_eps=1e-5)
     mesh = parallel.make_mesh(2, 2, 1)
     model = init_decoder(cfg, seed=1)
-    learner = rl.Learner(model, step_cfg, mesh=mesh)
+    learner = rl.Learner(model, step_cfg, mesh=mesh, total_steps=1000)
     state = learner.init_state(model)
     rows = 8 // nproc
     for seed in range(3):

@@ -16,7 +16,7 @@ from tests.rl.common import tiny_model
 def abstract_learner(data, fsdp, **step):
     """A Learner over a mesh of `data x fsdp` devices that need not exist (shapes only)."""
     mesh = AbstractMesh((data, fsdp, 1), ("data", "fsdp", "tensor"))
-    return rl.Learner(tiny_model(), rl.StepConfig(**step), mesh=mesh)
+    return rl.Learner(tiny_model(), rl.StepConfig(**step), mesh=mesh, total_steps=1000)
 
 
 @pytest.mark.parametrize("data, fsdp, want_rows, want_micro", [

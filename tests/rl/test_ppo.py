@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # lr 1e-2 moves the tiny policy far enough in one update for the next mini-batch's ratios to
 # leave [0.8, 1.2]; adam_eps 1e-5 keeps Adam from turning rounding-sized gradient entries
 # (different reduction orders in the two programs) into O(lr) differences.
-PPO = rl.StepConfig(learning_rate=1e-2, total_steps=2, kl_coef=0.05, lambda_pred=1.0,
+PPO = rl.StepConfig(learning_rate=1e-2, kl_coef=0.05, lambda_pred=1.0,
                     lambda_entropy=1e-2, adam_eps=1e-5, micro_batches=3, ppo_mini_batches=3,
                     ppo_epochs=2)
 
@@ -85,7 +85,7 @@ def grpo_scale(cfg, advantages, logp_scale):
 @functools.lru_cache(maxsize=None)
 def learner_for(cfg):
     """One Learner (and so one set of compiled programs) per config for the whole module."""
-    return rl.Learner(tiny_model(), cfg)
+    return rl.Learner(tiny_model(), cfg, total_steps=2)
 
 
 def single_update_learner(cfg):
@@ -179,8 +179,8 @@ def test_schedule_counts_optimiser_updates(on_policy_run):
     sched = float32_tol(1.0, SCHEDULE_OPS)  # relative
     np.testing.assert_allclose(lrs, want, rtol=sched)
     assert all(a > b for a, b in zip(lrs, lrs[1:]))  # decays within one rollout batch
-    cfg = dataclasses.replace(PPO, total_steps=10, end_lr_ratio=0.1)
-    schedule = rl.step.make_schedule(cfg)
+    cfg = dataclasses.replace(PPO, end_lr_ratio=0.1)
+    schedule = rl.step.make_schedule(cfg, 10)
     total = 10 * cfg.ppo_epochs * cfg.ppo_mini_batches
     assert float(schedule(total)) == pytest.approx(0.1 * cfg.learning_rate, rel=sched)
     assert float(schedule(total // 2)) == pytest.approx(0.55 * cfg.learning_rate, rel=sched)
@@ -248,7 +248,7 @@ SCRIPT = textwrap.dedent("""
     from tests.rl.common import params_array, tiny_model
     from tests.rl.test_ppo import PPO, odd_batch
 
-    learner = rl.Learner(tiny_model(), PPO, mesh=parallel.make_mesh(2, 2, 1))
+    learner = rl.Learner(tiny_model(), PPO, mesh=parallel.make_mesh(2, 2, 1), total_steps=2)
     state = learner.init_state(tiny_model())
     batch = learner.put_batch(odd_batch(0))
     state, metrics = learner.update(state, batch)
@@ -287,7 +287,7 @@ MULTI = MULTIHOST_PREAMBLE + textwrap.dedent("""
 
     cfg = dataclasses.replace(PPO, ppo_epochs=1)
     model = init_decoder(TINY, seed=1)
-    learner = rl.Learner(model, cfg, mesh=parallel.make_mesh(2, 2, 1))
+    learner = rl.Learner(model, cfg, mesh=parallel.make_mesh(2, 2, 1), total_steps=2)
     state = learner.init_state(model)
     # process 0 packed 4 rows and 3 prediction rows, process 1 only 3 and 2
     local = [odd_batch(0, rows=4, pred_rows=3), odd_batch(1, rows=3, pred_rows=2)]

@@ -40,7 +40,7 @@ def runs():
     for name, (param_dtype, compute_dtype, kahan) in MODES.items():
         model = init_decoder(TINY.replace(param_dtype=param_dtype,
                                           compute_dtype=compute_dtype), seed=0)
-        learner = rl.Learner(model, dataclasses.replace(MINDZERO, compensated_updates=kahan))
+        learner = rl.Learner(model, dataclasses.replace(MINDZERO, compensated_updates=kahan), total_steps=1000)
         state = learner.init_state(model)
         before, logp = params_array(state), np.asarray(learner.logprobs(state, batch))
         state, metrics = learner.update(state, batch)

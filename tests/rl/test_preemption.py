@@ -38,7 +38,7 @@ def trainer(workdir, wrap=None) -> Trainer:
                         prompts_per_step=4, max_new_tokens=6, row_len=16,
                         checkpoint_every=100, progress=False)
     rollout = CompletionRollout(TargetTokenReward(3), cfg)
-    step_cfg = rl.StepConfig(learning_rate=1e-2, total_steps=STEPS, kl_coef=0.01,
+    step_cfg = rl.StepConfig(learning_rate=1e-2, kl_coef=0.01,
                              weight_decay=0.0)
     return Trainer(tiny_model(seed=4), toy_token_tasks(16, 4, TINY.vocab_size, seed=0),
                    wrap(rollout) if wrap else rollout, step_cfg, cfg)

@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent("""
 
     def run(mesh):
         model = init_decoder(cfg, seed=1)
-        learner = rl.Learner(model, step_cfg, mesh=mesh)
+        learner = rl.Learner(model, step_cfg, mesh=mesh, total_steps=1000)
         state = learner.init_state(model)
         for b in batches:
             state, metrics = learner.step(state, learner.put_batch(b))
@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent("""
 
     ref, ref_metrics, _ = run(None)
     model = init_decoder(cfg, seed=1)
-    init = params_array(rl.Learner(model, step_cfg).init_state(model))
+    init = params_array(rl.Learner(model, step_cfg, total_steps=1000).init_state(model))
     out = {"moved": float(np.abs(ref - init).max()), "params_scale": float(np.abs(ref).max()),
            "eta": ref_metrics["eta"], "num_params": len(ref)}
     for shape in SHAPES:

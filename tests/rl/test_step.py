@@ -75,7 +75,7 @@ CFG = rl.StepConfig(lambda_pred=LAMBDA_PRED, lambda_entropy=1e-2, kl_coef=0.05,
 @pytest.fixture(scope="module")
 def learner():
     """One compiled step shared by the tests that use the same config and batch layout."""
-    return rl.Learner(tiny_model(), CFG)
+    return rl.Learner(tiny_model(), CFG, total_steps=1000)
 
 
 def test_eta_and_combined_gradient_match_formula(learner):
@@ -143,8 +143,8 @@ def test_eta_is_one_for_zero_prediction_gradient():
 def test_lambda_pred_zero_equals_grpo_only_exactly():
     model = tiny_model()
     batch = random_batch(1)
-    a = rl.Learner(model, rl.StepConfig(lambda_pred=0.0, learning_rate=1e-2))
-    b = rl.Learner(model, rl.StepConfig(lambda_pred=0.5, learning_rate=1e-2))
+    a = rl.Learner(model, rl.StepConfig(lambda_pred=0.0, learning_rate=1e-2), total_steps=1000)
+    b = rl.Learner(model, rl.StepConfig(lambda_pred=0.5, learning_rate=1e-2), total_steps=1000)
     sa, sb = a.init_state(model), b.init_state(model)
     for _ in range(2):
         sa, ma = a.step(sa, a.put_batch(batch))
@@ -187,7 +187,7 @@ def test_no_nan_over_random_degenerate_batches(learner):
 def test_micro_batches_give_the_same_gradients(learner):
     model = tiny_model()
     batch = random_batch(3)
-    micro = rl.Learner(model, dataclasses.replace(CFG, micro_batches=4))
+    micro = rl.Learner(model, dataclasses.replace(CFG, micro_batches=4), total_steps=1000)
     state = learner.init_state(model)
     whole = learner.gradients(state, learner.put_batch(batch))
     split = micro.gradients(state, micro.put_batch(batch))
@@ -205,7 +205,7 @@ def test_padding_rows_leave_gradients_unchanged(learner):
     unpadded in one micro-batch."""
     model = tiny_model()
     batch = random_batch(5, num_seqs=6, group=3, num_rows=6)
-    capped = rl.Learner(model, dataclasses.replace(CFG, micro_batches=4))
+    capped = rl.Learner(model, dataclasses.replace(CFG, micro_batches=4), total_steps=1000)
     assert learner.row_split(6, 1) == (6, 1) and capped.row_split(11, 1) == (12, 4)
     assert capped.row_split(7, 1) == (8, 4)
     state = learner.init_state(model)
@@ -262,7 +262,7 @@ def test_shared_prompt_rows_equal_one_sequence_per_row(learner, seed):
     assert shared.tokens.size < one.tokens.size
     assert int(shared.policy_mask.sum()) == int(one.policy_mask.sum())
     cfg = dataclasses.replace(CFG, lambda_pred=0.0, lambda_entropy=0.0, kl_coef=0.0)
-    plain = rl.Learner(model, cfg)
+    plain = rl.Learner(model, cfg, total_steps=1000)
     lp_one = np.asarray(plain.logprobs(state, one))[one.policy_mask > 0]
     lp_shared = np.asarray(plain.logprobs(state, shared))[shared.policy_mask > 0]
     # policy tokens come out in the same order in both layouts (groups, then samples)
@@ -301,7 +301,7 @@ def test_shared_prompt_packing_lays_out_families():
 
 def test_lora_trains_only_adapters_and_reference_is_base():
     model = add_lora(tiny_model(), rank=2)
-    learner = rl.Learner(model, rl.StepConfig(lora=True, learning_rate=1e-2, kl_coef=0.1))
+    learner = rl.Learner(model, rl.StepConfig(lora=True, learning_rate=1e-2, kl_coef=0.1), total_steps=1000)
     assert learner.reference == "lora_disabled"
     state = learner.init_state(model)
     frozen_before = jax.tree.map(np.asarray, state.frozen)
@@ -319,12 +319,12 @@ def test_lora_trains_only_adapters_and_reference_is_base():
 
 def test_bad_configs_are_named():
     with pytest.raises(ValueError, match="no LoRA adapters"):
-        rl.Learner(tiny_model(), rl.StepConfig(lora=True))
+        rl.Learner(tiny_model(), rl.StepConfig(lora=True), total_steps=1000)
     for name in ("micro_batches", "ppo_mini_batches", "ppo_epochs"):
         with pytest.raises(ValueError, match=f"StepConfig.{name} must be a positive int"):
-            rl.Learner(tiny_model(), rl.StepConfig(**{name: 0}))
+            rl.Learner(tiny_model(), rl.StepConfig(**{name: 0}), total_steps=1000)
     with pytest.raises(ValueError, match="reference must be one of"):
-        rl.Learner(tiny_model(), rl.StepConfig(reference="copy"))
+        rl.Learner(tiny_model(), rl.StepConfig(reference="copy"), total_steps=1000)
 
 
 def test_split_shared_prompt_packing_fills_fixed_rows():
@@ -364,7 +364,7 @@ def test_split_shared_prompt_rows_equal_one_sequence_per_row(learner):
         rl.pack_sequences([x], [m], [a], [i], num_rows=1, row_len=14)
         for x, m, a, i in zip(seqs, masks, adv, ids)])
     cfg = dataclasses.replace(CFG, lambda_pred=0.0, lambda_entropy=0.0, kl_coef=0.0)
-    plain = rl.Learner(model, cfg)
+    plain = rl.Learner(model, cfg, total_steps=1000)
     # the sequence each shared entry belongs to: policy tokens in (sequence, position)
     # order are then those of one sequence per row, in its row-major order
     member = np.full(shared.tokens.shape, len(seqs))

@@ -213,7 +213,7 @@ def test_short_run_writes_only_through_epath(tmp_path, monkeypatch):
                         max_new_tokens=8, row_len=16, checkpoint_every=1, progress=False)
     trainer = Trainer(tiny_model(seed=1), toy_token_tasks(8, 4, TINY.vocab_size, seed=0),
                       CompletionRollout(TargetTokenReward(3), cfg),
-                      rl.StepConfig(learning_rate=1e-3, total_steps=2), cfg)
+                      rl.StepConfig(learning_rate=1e-3), cfg)
     monkeypatch.setattr(builtins, "open", python_open)
     with epath_testing.mock_epath(open=epath_open):
         trainer.run()

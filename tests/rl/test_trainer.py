@@ -14,6 +14,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from jaxtom import rl
+from jaxtom.commands.train import build_model, build_task
+from jaxtom.config import load_config
 from jaxtom.rl.toy import TargetTokenReward, toy_token_tasks
 from jaxtom.rl.trainer import CompletionRollout, Trainer, TrainerConfig
 from tests.rl.common import TINY, tiny_model
@@ -29,8 +31,7 @@ def test_toy_task_reward_rises(tmp_path):
                         prompts_per_step=4, max_new_tokens=8, row_len=16,
                         checkpoint_every=steps, progress=False)
     trainer = Trainer(model, tasks, CompletionRollout(TargetTokenReward(3), cfg),
-                      rl.StepConfig(learning_rate=1e-2, warmup_steps=3, total_steps=steps,
-                                    kl_coef=0.01, weight_decay=0.0), cfg)
+                      rl.StepConfig(learning_rate=1e-2, warmup_steps=3, kl_coef=0.01, weight_decay=0.0), cfg)
     trainer.run()
     rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
@@ -49,7 +50,7 @@ def test_shared_prompts_train_like_one_sequence_per_row(tmp_path):
     from jaxtom.rl.trainer import pack_rollout
     from tests.rl.common import adam_tol, params_array
     tasks = toy_token_tasks(16, 6, TINY.vocab_size, seed=1)
-    step_cfg = rl.StepConfig(learning_rate=1e-2, total_steps=1, kl_coef=0.0, weight_decay=0.0)
+    step_cfg = rl.StepConfig(learning_rate=1e-2, kl_coef=0.0, weight_decay=0.0)
     runs = {}
     for share in (False, True):
         cfg = TrainerConfig(workdir=str(tmp_path / str(share)), total_steps=1, group_size=4,
@@ -81,7 +82,7 @@ def test_shared_prompts_train_like_one_sequence_per_row(tmp_path):
 
 def _overrides(workdir, steps):
     return [f"trainer.workdir={workdir}", f"trainer.total_steps={steps}",
-            f"step.total_steps={steps}", "trainer.checkpoint_every=2", "trainer.progress=false",
+            "trainer.checkpoint_every=2", "trainer.progress=false",
             "trainer.keep_checkpoints=3", "task.name=tests.rl.slow_task:factory",
             "step.kl_coef=0.01"]
 
@@ -192,3 +193,19 @@ def test_compact_rows_reaches_the_sampler_with_and_without_exploration():
                               markers=[3], choices=[4, 5])
     assert explored == {"explore_after": (3,), "explore_temperature": 2.0,
                         "explore_tokens": (4, 5), **compact}
+
+
+@pytest.mark.parametrize("steps", [10, 40])
+def test_trainer_total_steps_is_the_schedule_length(tmp_path, steps):
+    """One number sets both the loop and the learning-rate schedule: overriding
+    `trainer.total_steps` moves where the cosine decay ends."""
+    config = load_config("configs/toy_cpu.py", [f"trainer.workdir={tmp_path}",
+                                                f"trainer.total_steps={steps}",
+                                                "step.end_lr_ratio=0.1"])
+    tasks, reward = build_task(config)
+    trainer = Trainer(build_model(config, None), tasks, CompletionRollout(reward, config.trainer),
+                      config.step, config.trainer)
+    u, lr = config.step.updates_per_batch, config.step.learning_rate
+    end = float(trainer.learner.schedule(steps * u))
+    assert end == pytest.approx(0.1 * lr, rel=1e-5)
+    assert float(trainer.learner.schedule(steps * u // 2)) > 0.2 * lr  # still decaying

@@ -59,7 +59,7 @@ def test_vl_rows_logprobs_equal_the_models_forward():
     batch = vl_rows(cfg, seqs, masks, [1.0, -1.0, 0.5, -0.5], [0, 0, 1, 1], images,
                     row_len=128, num_patches=384)
     assert batch.positions.shape == (4, 3, 128) and batch.vision.patches.shape[:3] == (4, 1, 384)
-    learner = Learner(model, StepConfig(kl_coef=0.0))
+    learner = Learner(model, StepConfig(kl_coef=0.0), total_steps=1000)
     state = learner.init_state(model)
     got = np.asarray(learner.logprobs(state, batch))
     ref = prepare_batch(cfg, seqs, images, seq_len=128)
@@ -109,8 +109,8 @@ def test_vl_micro_batches_pad_and_split_rows_with_their_images():
     batch = vl_rows(cfg, seqs, masks, [1.0, -1.0, 0.5, -0.5], [0, 0, 1, 1], images,
                     row_len=128, num_patches=384)
     step = StepConfig(kl_coef=0.01, learning_rate=1e-2)
-    whole, micro = Learner(model, step), Learner(model, dataclasses.replace(step,
-                                                                            micro_batches=3))
+    whole, micro = Learner(model, step, total_steps=1000), Learner(model, dataclasses.replace(step,
+                                                                            micro_batches=3), total_steps=1000)
     state = whole.init_state(model)
     a = whole.gradients(state, whole.put_batch(batch))[0]
     b = micro.gradients(state, micro.put_batch(batch))[0]
@@ -133,7 +133,7 @@ def test_freeze_vision_trains_only_the_text_side():
     for freeze in (False, True):
         model = init_qwen3_vl(cfg, seed=0)
         learner = Learner(model, StepConfig(kl_coef=0.0, learning_rate=1e-2,
-                                            freeze_vision=freeze))
+                                            freeze_vision=freeze), total_steps=1000)
         state = learner.init_state(model)
         state, metrics = learner.update(state, learner.put_batch(batch))
         assert float(metrics["skipped"]) == 0 and np.isfinite(float(metrics["grad_norm"]))

@@ -34,7 +34,7 @@ def household_paper_config(name: str, model_dir: str, family: str,
     base = paper_config(name, model_dir, family)
     return dataclasses.replace(
         base,
-        step=dataclasses.replace(base.step, total_steps=PAPER_STEPS),
+        step=dataclasses.replace(base.step),
         trainer=dataclasses.replace(base.trainer, total_steps=PAPER_STEPS, max_new_tokens=1024,
                                     row_len=4096, temperature=1.0, eval_every=50),
         mindzero=HouseholdMindZero(
@@ -67,7 +67,7 @@ def household_tiny_config() -> Config:
     return Config(
         model=dataclasses.replace(TINY_MODEL, vocab_size=768),
         step=StepConfig(learning_rate=6e-4, warmup_steps=10, weight_decay=0.0, kl_coef=0.05,
-                        max_grad_norm=1.0, total_steps=150, end_lr_ratio=0.1),
+                        max_grad_norm=1.0, end_lr_ratio=0.1),
         trainer=TrainerConfig(workdir="runs/mindzero_household_tiny", total_steps=150,
                               prompts_per_step=32, group_size=8, temperature=0.7,
                               max_new_tokens=96, row_len=256, eval_every=25,

@@ -118,7 +118,7 @@ def test_two_ssrl_steps_on_the_trainer(tmp_path):
     prompts = qa_ssrl.QAPrompts("compact", _Codec(), episodes, qs)
     trainer = Trainer(model, qa_ssrl.question_tasks(qs),
                       qa_ssrl.QARollout(tcfg, _Codec(), prompts, mirror=True),
-                      rl.StepConfig(learning_rate=1e-3, total_steps=2, kl_coef=0.0), tcfg)
+                      rl.StepConfig(learning_rate=1e-3, kl_coef=0.0), tcfg)
     trainer.run()
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]

@@ -19,7 +19,7 @@ def _micro(tmp_path, *extra):
         f"trainer.workdir='{tmp_path}'", "mindzero.data.train_episodes=4",
         "mindzero.data.eval_episodes=1", "mindzero.warmup.steps=2",
         "mindzero.warmup.batch_size=4", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
-        "trainer.total_steps=2", "step.total_steps=2", "trainer.prompts_per_step=2",
+        "trainer.total_steps=2", "trainer.prompts_per_step=2",
         "trainer.group_size=4", "trainer.max_new_tokens=64", "trainer.eval_every=0",
         "model.vocab_size=320", *extra])
 
