@@ -166,10 +166,6 @@ class Learner(RowPlacement):
         """How many update programs this learner has built (each compiles on first use)."""
         return len(self._compiled)
 
-    def step(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
-        """Alias of `update` (the name existing callers use)."""
-        return self.update(state, batch)
-
     def _logprobs(self, params, frozen, tokens, positions, segments, scored=None, width=None,
                   entropy=False, images=None, parents=None):
         """(log-probs, entropies or None) [B, T] of `tokens`, aligned like

@@ -428,8 +428,7 @@ class Trainer:
         batch = jax.block_until_ready(put(batch))
         parts["time/to_device_seconds"] = lap()
         programs = self.learner.program_count
-        update = getattr(self.learner, "update", self.learner.step)
-        state, metrics = update(state, batch)
+        state, metrics = self.learner.update(state, batch)
         metrics = jax.block_until_ready(metrics)
         parts["time/update_seconds"] = lap()
         parts["time/update_compiled"] = float(self.learner.program_count > programs)

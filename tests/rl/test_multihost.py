@@ -32,7 +32,7 @@ SCRIPT = MULTIHOST_PREAMBLE + textwrap.dedent("""
     for seed in range(3):
         full = random_batch(seed, num_rows=8, row_len=16)
         local = jax.tree.map(lambda x: x[pid * rows:(pid + 1) * rows], full)
-        state, metrics = learner.step(state, learner.put_batch(local))
+        state, metrics = learner.update(state, learner.put_batch(local))
     leaves = [multihost_utils.process_allgather(x, tiled=True)
               for x in jax.tree.leaves(state.params)]
     if pid == 0:

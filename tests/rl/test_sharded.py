@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent("""
         learner = rl.Learner(model, step_cfg, mesh=mesh, total_steps=1000)
         state = learner.init_state(model)
         for b in batches:
-            state, metrics = learner.step(state, learner.put_batch(b))
+            state, metrics = learner.update(state, learner.put_batch(b))
         q = state.params["layers"]["q_proj"].get_value()
         return params_array(state), {k: float(v) for k, v in metrics.items()}, q.sharding
 

@@ -117,7 +117,7 @@ def test_eta_and_combined_gradient_match_formula(learner):
         return flat(jax.jit(lambda g, p: optax.apply_updates(
             p, adamw.update(g, adamw.init(p), p)[0]))(combined, state.params))
     want, no_decay = adamw_step(CFG.weight_decay), adamw_step(0.0)
-    new_state, metrics = learner.step(state, learner.put_batch(batch))
+    new_state, metrics = learner.update(state, learner.put_batch(batch))
     tol = adam_tol(want, learning_rate=CFG.learning_rate)
     np.testing.assert_allclose(flat(new_state.params), want, rtol=0, atol=tol)
     # a step that forgot the weight decay (lr x wd x |w|) fails it
@@ -147,8 +147,8 @@ def test_lambda_pred_zero_equals_grpo_only_exactly():
     b = rl.Learner(model, rl.StepConfig(lambda_pred=0.5, learning_rate=1e-2), total_steps=1000)
     sa, sb = a.init_state(model), b.init_state(model)
     for _ in range(2):
-        sa, ma = a.step(sa, a.put_batch(batch))
-        sb, mb = b.step(sb, b.put_batch(batch.replace(prediction=None)))
+        sa, ma = a.update(sa, a.put_batch(batch))
+        sb, mb = b.update(sb, b.put_batch(batch.replace(prediction=None)))
     np.testing.assert_array_equal(params_array(sa), params_array(sb))
     assert float(ma["eta"]) == 1.0 and float(ma["grad_norm_pred"]) == 0.0
 
@@ -162,12 +162,12 @@ def test_all_padding_step_is_a_noop(learner):
                           prediction=batch.prediction.replace(
                               target_mask=np.zeros_like(batch.prediction.target_mask)))
     before = jax.tree.map(np.asarray, (state.params, state.opt_state))
-    state, metrics = learner.step(state, learner.put_batch(empty))
+    state, metrics = learner.update(state, learner.put_batch(empty))
     after = jax.tree.map(np.asarray, (state.params, state.opt_state))
     jax.tree.map(np.testing.assert_array_equal, before, after)
     assert float(metrics["skipped"]) == 1.0 and float(metrics["eta"]) == 1.0
     assert all(np.isfinite(float(v)) for v in metrics.values())
-    state, metrics = learner.step(state, learner.put_batch(batch))  # real data does move
+    state, metrics = learner.update(state, learner.put_batch(batch))  # real data does move
     assert float(metrics["skipped"]) == 0.0
     assert not np.array_equal(params_array(state), np.concatenate(
         [np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(before[0])]))
@@ -178,7 +178,7 @@ def test_no_nan_over_random_degenerate_batches(learner):
     state = learner.init_state(model)
     for seed in range(8):
         batch = random_batch(seed, degenerate=True)
-        state, metrics = learner.step(state, learner.put_batch(batch))
+        state, metrics = learner.update(state, learner.put_batch(batch))
         bad = {k: float(v) for k, v in metrics.items() if not np.isfinite(float(v))}
         assert not bad, (seed, bad)
         assert np.all(np.isfinite(params_array(state))), seed
@@ -307,7 +307,7 @@ def test_lora_trains_only_adapters_and_reference_is_base():
     frozen_before = jax.tree.map(np.asarray, state.frozen)
     batch = random_batch(5, off_policy=False)
     for _ in range(3):
-        state, metrics = learner.step(state, learner.put_batch(batch))
+        state, metrics = learner.update(state, learner.put_batch(batch))
     jax.tree.map(np.testing.assert_array_equal, frozen_before,
                  jax.tree.map(np.asarray, state.frozen))
     leaves = jax.tree_util.tree_leaves_with_path(state.params)
