@@ -238,4 +238,4 @@ def step(key: jax.Array, state: EnvState, helper_action, params: EnvParams):
 
 __all__ = ["reset", "step", "transition", "init_state", "sample_human_action",
            "sample_helper_action", "human_action_log_probs", "goal_reached", "scene_view",
-           "order_goal", "validate_action", "validate_goal", "state_from_ascii", "PICK", "PUT"]
+           "order_goal", "validate_action", "validate_goal", "state_from_ascii"]

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtom.gridworld.types import (
-    DOWN, INF, LEFT, MOVES, NUM_ACTIONS, PICK, PUT, RIGHT, STAY, UP, EnvParams, Layout,
+    INF, MOVES, NUM_ACTIONS, PICK, PUT, STAY, EnvParams, Layout,
 )
 
 NEG_INF = -jnp.inf
@@ -275,4 +275,4 @@ def helper_logits(view: SceneView, helper_cell, helper_holding, human_cell, huma
 
 
 __all__ = ["SceneView", "human_log_policy", "helper_logits", "helper_remaining_steps",
-           "cell_of", "DOWN", "LEFT", "RIGHT", "UP"]
+           "cell_of"]

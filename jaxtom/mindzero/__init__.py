@@ -13,7 +13,8 @@ from jaxtom.mindzero.particles import (
     Particles, ParseFailure, extract_json, format_particles, normalise, parse_particles,
     scene_labels, to_arrays,
 )
-from jaxtom.mindzero.qa import parse_answer, qa_rewards
+from jaxtom.eval.answers import parse_answer
+from jaxtom.mindzero.qa import qa_rewards
 from jaxtom.mindzero.reward import (
     RewardConfig, cumulative_log_likelihoods, elbo_reward, elbo_reward_batch, parse_choice,
     qa_reward, sample_log_likelihoods,

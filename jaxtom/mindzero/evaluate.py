@@ -25,7 +25,7 @@ from jaxtom import flops
 from jaxtom.eval import metrics
 from jaxtom.gridworld import goal_index, goal_posterior, start_order_prior
 from jaxtom.gridworld.qa import QUESTION_TYPES
-from jaxtom.gridworld.types import EnvParams, goal_pairs
+from jaxtom.gridworld.types import EnvParams
 from jaxtom.mindzero.observation import HostEpisodes, approach_order, get_observation
 from jaxtom.mindzero.particles import parse_particles
 from jaxtom.mindzero.policy import Codec, sample_completions
@@ -244,6 +244,6 @@ def qa_beliefs(models: dict, view: HostEpisodes, questions, params: EnvParams, *
     return beliefs, index
 
 
-__all__ = ["TextQueries", "dense", "goal_pairs", "model_beliefs", "progress_curves", "qa_beliefs",
+__all__ = ["TextQueries", "dense", "model_beliefs", "progress_curves", "qa_beliefs",
            "qa_from_beliefs", "qa_rows", "qa_scores", "reference_beliefs", "score_methods",
            "steps_to_score"]

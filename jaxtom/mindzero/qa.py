@@ -271,5 +271,5 @@ class QARollout:
 
 
 __all__ = ["COMPACT_QA_WORDS", "QAPrompts", "QARollout", "QAWarmupRollout", "compact_question",
-           "figure_question", "image_question", "mirrored", "off_path_moves", "parse_answer",
+           "figure_question", "image_question", "mirrored", "off_path_moves",
            "qa_rewards", "question_tasks", "render_question"]

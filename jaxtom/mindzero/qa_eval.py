@@ -15,7 +15,8 @@ import numpy as np
 
 from jaxtom.eval import metrics
 from jaxtom.gridworld.qa import QUESTION_TYPES
-from jaxtom.mindzero.qa import QAPrompts, parse_answer
+from jaxtom.eval.answers import parse_answer
+from jaxtom.mindzero.qa import QAPrompts
 
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}  # the public code's validation sampling
 COLUMNS = (("type1", "type 1 (which pick)"), ("type2", "type 2 (which target)"),

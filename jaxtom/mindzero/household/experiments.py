@@ -34,7 +34,7 @@ def household_paper_config(name: str, model_dir: str, family: str,
     base = paper_config(name, model_dir, family)
     return dataclasses.replace(
         base,
-        step=dataclasses.replace(base.step),
+        step=base.step,
         trainer=dataclasses.replace(base.trainer, total_steps=PAPER_STEPS, max_new_tokens=1024,
                                     row_len=4096, temperature=1.0, eval_every=50),
         mindzero=HouseholdMindZero(
