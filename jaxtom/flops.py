@@ -50,7 +50,7 @@ def forward_flops(mcfg, rows: int, seq: int, lora_rank: int = 0, patches: int = 
     Attention counts the scores the decoder forms: each block of queries against the keys up
     to its end (`attention.attended_keys`; masked scores inside a block are computed too).
     """
-    if hasattr(mcfg, "vision"):
+    if mcfg.kind == "vision_language":
         return (forward_flops(mcfg.text, rows, seq, lora_rank)
                 + vision_flops(mcfg.vision, rows, patches))
 
@@ -78,7 +78,7 @@ def update_flops(config, mcfg, rows: int, seq: int, pred_rows: int = 0,
 
     step = config.step
     lora = config.model.lora_rank
-    patches = image_patches(config, mcfg.vision) if hasattr(mcfg, "vision") else 0
+    patches = image_patches(config, mcfg.vision) if mcfg.kind == "vision_language" else 0
     fwd = forward_flops(mcfg, rows, seq, lora, patches)
     epochs = getattr(step, "ppo_epochs", 1)
     updates = epochs * getattr(step, "ppo_mini_batches", 1)

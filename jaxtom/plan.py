@@ -48,7 +48,6 @@ from jaxtom.plan_shapes import (
     new_model,
     prediction_rows,
     rollout_rows,
-    text_config,
     with_shardings,
     xla_flops,
     xla_memory,
@@ -130,7 +129,7 @@ def less_padding(config, mcfg, sizes) -> dict[str, Any] | None:
     moving devices onto the tensor axis (which must divide the head counts) changes it."""
 
     rows, s = rollout_rows(config), config.step
-    text = text_config(mcfg)
+    text = mcfg.text_config
     n = math.prod(sizes)
 
     def pad(dp: int) -> int:
@@ -212,8 +211,8 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
              "reference_params": device_bytes(state.ref_params),
              "optimizer_state": device_bytes(state.opt_state),
              "counters": device_bytes((state.step, state.rng))}
-    shapes = rollout_shapes(config, text_config(mcfg), mesh, processes)
-    cache = abstract_cache(text_config(mcfg), mesh, shapes["batch"], shapes["cache_len"])
+    shapes = rollout_shapes(config, mcfg.text_config, mesh, processes)
+    cache = abstract_cache(mcfg.text_config, mesh, shapes["batch"], shapes["cache_len"])
     batch = abstract_update_batch(config, mcfg, learner)
     if config.kind == "mindzero":
         # MindZero (and its VL / household variants) keeps the model it started from alive
@@ -222,14 +221,14 @@ def resident_terms(config, mesh, processes: int = 1, mcfg=None) -> dict[str, dic
         # its trained params are its own arrays (init_state copies them), its frozen ones
         # are shared with the state
         train["start_model"] = train["params"]
-    text = text_config(mcfg)
+    text = mcfg.text_config
     if samples_a_copy(mcfg):  # `Learner.sampling_model`
         sampler = (train["params"] + train["frozen_params"]) * (
             jnp.dtype(text.compute_dtype).itemsize / jnp.dtype(text.param_dtype).itemsize)
     else:
         sampler = 0
     rollout = {**train, "sampler_weights": int(sampler), "kv_cache": device_bytes(cache)}
-    store = kept_store_bytes(config, text_config(mcfg), mesh, shapes["cache_len"])
+    store = kept_store_bytes(config, mcfg.text_config, mesh, shapes["cache_len"])
     if store:
         rollout["kept_kv_store"] = store
     return {"loaded": {"params": device_bytes(loaded)},
@@ -270,7 +269,7 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
     check_processes(config, n, processes, processes_inferred)
     mesh = parallel.make_mesh(*sizes, devices=jax.devices()[:n])
     mcfg = model_config(config.model)
-    text = text_config(mcfg)
+    text = mcfg.text_config
     update = plan_update(config, mcfg, mesh)
     out: dict[str, Any] = {
         "model": {"path": config.model.path, "family": text.family,
@@ -290,7 +289,7 @@ def plan(config, *, devices: int | None = None, rollout: bool = True,
     update["kept_start_model"] = kept
     update["peak_with_kept"] = update["xla"]["peak"] + kept
     peak = update["peak_with_kept"]
-    if hasattr(mcfg, "vision"):
+    if mcfg.kind == "vision_language":
         out["model"].update(architecture=mcfg.architecture,
                             vision_params=mcfg.vision.num_params(),
                             image_patches=image_patches(config, mcfg.vision))

@@ -92,11 +92,6 @@ def model_config(model_section):
         raise ConfigError("model.path", f"a supported config.json ({err})", str(file)) from None
 
 
-def text_config(mcfg):
-    """The text decoder's ModelConfig of a decoder or a VLConfig."""
-    return getattr(mcfg, "text", mcfg)
-
-
 def image_patches(config, vcfg) -> int:
     """Patches of one observation picture of a Qwen3-VL config: the gridworld rendered at
     `mindzero.data.image_cell_size` px per cell, resized as the preprocessing resizes it."""
@@ -146,7 +141,7 @@ def xla_flops(compiled) -> float | None:
 def new_model(mcfg):
     """A decoder (or Qwen3-VL model) of `mcfg`, as a checkpoint loads it (no LoRA)."""
 
-    return (models.init_qwen3_vl(mcfg, seed=0) if hasattr(mcfg, "vision")
+    return (models.init_qwen3_vl(mcfg, seed=0) if mcfg.kind == "vision_language"
             else models.init_decoder(mcfg, seed=0))
 
 
@@ -189,7 +184,7 @@ def abstract_batch(config, mcfg, rows: int, pad):
         prediction = PredictionBatch(tokens=p_i32, positions=p_i32, segment_ids=p_i32,
                                      target_mask=p_f32)
     images = {}
-    if hasattr(mcfg, "vision"):  # one picture per row (`jaxtom.rl.vl_batch`)
+    if mcfg.kind == "vision_language":  # one picture per row (`jaxtom.rl.vl_batch`)
         v, P = mcfg.vision, image_patches(config, mcfg.vision)
         def sds(*shape, dtype=jnp.int32):
             return jax.ShapeDtypeStruct((rows, 1) + shape, dtype)

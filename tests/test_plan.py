@@ -346,7 +346,7 @@ def test_ctom_plan_counts_the_kept_kv_store_for_every_conversation():
                                  "model.head_dim=16"])
     mesh = parallel.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     terms = plan.resident_terms(config, mesh)
-    text = plan_shapes.text_config(plan_shapes.model_config(config.model))
+    text = plan_shapes.model_config(config.model).text_config
     slots = plan_rollout.rollout_shapes(config, text, mesh)["cache_len"]
     assert terms["rollout"]["kept_kv_store"] == kept_cache.device_bytes(text, 12, slots, mesh)
     assert terms["rollout"]["kept_kv_store"] == 2 * 2 * 12 * 2 * slots * 16 * 4

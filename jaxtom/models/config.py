@@ -106,6 +106,16 @@ class ModelConfig:
     def architecture(self) -> str:
         return _MODEL_TYPES[self.family]
 
+    @property
+    def kind(self) -> str:
+        """What the model reads: "text" (this decoder) or "vision_language" (`VLConfig`)."""
+        return "text"
+
+    @property
+    def text_config(self) -> ModelConfig:
+        """The text decoder's config (itself; a `VLConfig`'s is its language model's)."""
+        return self
+
     def num_params(self, include_embeddings: bool = True) -> int:
         """Parameter count; the FLOPs helper uses it without building the model."""
         d, f, hd = self.hidden_size, self.intermediate_size, self.head_dim

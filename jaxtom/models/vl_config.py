@@ -119,6 +119,14 @@ class VLConfig:
             raise ValueError("more deepstack levels than text layers")
 
     @property
+    def kind(self) -> str:
+        return "vision_language"
+
+    @property
+    def text_config(self) -> ModelConfig:
+        return self.text
+
+    @property
     def architecture(self) -> str:
         return VL_ARCHITECTURE
 
