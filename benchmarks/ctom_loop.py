@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxtom.ctom import lockstep
 from jaxtom.ctom import packing as PK
-from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.controller import run_conversations
 from jaxtom.ctom.evaluate import method_name, models_to_evaluate
 from jaxtom.ctom.train import load_ctom_config, make_simulator, policy_and_tokenizer, sampler_policy
 from jaxtom.ctom.task_sets import evaluation_tasks
@@ -141,7 +141,7 @@ def main() -> None:
         raise SystemExit(f"ctom_loop dissects the packing domain; {args.config} is {s.domain!r}")
     start, tok = policy_and_tokenizer(config)
     tasks = evaluation_tasks(s, config.trainer.seed)
-    cfg = dataclasses.replace(ControllerConfig.for_domain(s.domain, **s.controller),
+    cfg = dataclasses.replace(s.controller_config(),
                               mode=args.mode)
     report = {"run": args.run_dir, "mode": args.mode, "seed": config.trainer.seed, "models": {}}
     for trained, source, model in models_to_evaluate(config, tok, start, tasks):

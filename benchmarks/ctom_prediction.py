@@ -32,7 +32,6 @@ import numpy as np
 
 from jaxtom.config import apply_overrides
 from jaxtom.ctom import experiments
-from jaxtom.ctom.controller import ControllerConfig
 from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.heldout import heldout_pairs, mean_se, pair_nll
 from jaxtom.ctom.train import (CToMTrainer, load_model_and_tokenizer, make_simulator,
@@ -102,8 +101,7 @@ def main(argv=None) -> dict:
     model0, tok = load_model_and_tokenizer(config)
     # the untrained model's conversations (held-out rounds), its predictions' contexts and
     # the user's real and counterfactual replies
-    cfg = ControllerConfig.for_domain(s.domain, **{**s.controller,
-                                                   "max_rounds": args.heldout_rounds})
+    cfg = s.controller_config(max_rounds=args.heldout_rounds)
     pairs = heldout_pairs(sampler_policy(model0, tok, s, temperature=config.trainer.temperature),
                           make_simulator(s), tok, held, cfg,
                           conversations=args.heldout_conversations, row_len=row_len,

@@ -11,6 +11,29 @@ from jaxtom.ctom.controller import ControllerConfig
 
 
 @dataclasses.dataclass(frozen=True)
+class ControllerSettings:
+    """The controller's settings a config changes (`ctom.controller.mode=direct`); every
+    field left None keeps the domain's Table 4 value (`ControllerConfig.for_domain`)."""
+    mode: str = "ctom"  # ctom | direct (Prompting Base / Naive GRPO)
+    max_rounds: int | None = None
+    max_revisions: int | None = None
+    plan_cap: int | None = None
+    decision_cap: int | None = None
+    ask_cap: int | None = None
+    draft_cap: int | None = None
+    prediction_cap: int | None = None
+    revision_cap: int | None = None
+    response_cap: int | None = None
+    w_effort: float | None = None
+    categorical: bool | None = None
+    shared_buffer: bool | None = None
+
+    def overrides(self) -> dict:
+        """The fields set, as `ControllerConfig.for_domain` keyword arguments."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class WarmupSettings:
     """The format warm-up of a from-scratch model (`jaxtom.ctom.tiny`); steps 0 skips it."""
     # long enough for a decoder initialised at std 0.1 to learn to copy items from the context
@@ -35,7 +58,7 @@ class CToMSettings:
     simulator_temperature: float = 0.7  # table 4
     simulator_max_tokens: int = 512
     simulator_dtype: str = "float32"  # llm: dtype of the loaded simulator model
-    controller: dict = dataclasses.field(default_factory=dict)  # ControllerConfig overrides
+    controller: ControllerSettings = ControllerSettings()
     pred_rows: int = 0  # 0: one prediction row per target (all trained); N: at most N rows
     pred_row_len: int = 2048
     eval_tasks: int = 0  # 0: the training tasks (packing: held-out tasks, never trained on)
@@ -55,6 +78,11 @@ class CToMSettings:
     sampler_min_rows: int = 0
     sampler_min_slots: int = 0
 
+    def controller_config(self, **changes) -> ControllerConfig:
+        """The run's controller: the domain's settings, this section's, then `changes`."""
+        return ControllerConfig.for_domain(self.domain,
+                                           **{**self.controller.overrides(), **changes})
+
     def validate(self, config) -> None:
         """Raises `jaxtom.config.ConfigError` naming the first wrong `ctom.` field."""
         if self.domain not in ("math", "coding", "writing", "packing"):
@@ -64,7 +92,7 @@ class CToMSettings:
             raise ConfigError("ctom.simulator", "'scripted', 'http' or 'llm'", self.simulator)
         if self.disclosure not in ("mismatch", "which"):
             raise ConfigError("ctom.disclosure", "'mismatch' or 'which'", self.disclosure)
-        if self.reply_nll and self.controller.get("mode", "ctom") != "direct":
+        if self.reply_nll and self.controller.mode != "direct":
             raise ConfigError("ctom.reply_nll", "false unless ctom.controller.mode=direct "
                               "(CToM's NLL trains its predictions)", self.reply_nll)
         if not (isinstance(self.warmup.reply_rows, int) and self.warmup.reply_rows >= 0):
@@ -76,14 +104,8 @@ class CToMSettings:
             raise ConfigError("ctom.pred_row_len", "positive ctom.pred_row_len and "
                               "ctom.eval_conversations", (self.pred_row_len,
                                                           self.eval_conversations))
-        fields = {f.name for f in dataclasses.fields(ControllerConfig)} - {"domain"}
-        unknown = set(self.controller) - fields
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f"ctom.controller.{name}", f"a ControllerConfig field: "
-                              f"{sorted(fields)}", name)
         try:
-            ControllerConfig.for_domain(self.domain, **self.controller)
+            self.controller_config()
         except (TypeError, ValueError) as err:
             raise ConfigError("ctom.controller", "valid controller settings", str(err)) from None
         if config.trainer.group_size < 2:

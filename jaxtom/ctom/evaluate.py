@@ -212,7 +212,7 @@ def run_eval(config_path: str, overrides=()) -> dict[str, dict[str, float]]:
     config, s = load_ctom_config(config_path, overrides)
     start_model, tok = policy_and_tokenizer(config)
     tasks = evaluation_tasks(s, config.trainer.seed)
-    cfg = ControllerConfig.for_domain(s.domain, **s.controller)
+    cfg = s.controller_config()
     # the held-out replies every model of this seed is scored on: the starting model's own
     # CToM conversations (its predictions' contexts and the user's replies to its drafts)
     ctom_cfg = dataclasses.replace(cfg, mode="ctom")

@@ -19,7 +19,7 @@ import os
 
 from jaxtom.config import Config, MeshSection, ModelSection, TrainerConfig
 from jaxtom.ctom.effort import W_EFFORT, domain_settings
-from jaxtom.ctom.config import CToMSettings
+from jaxtom.ctom.config import ControllerSettings, CToMSettings
 from jaxtom.rl.step_config import StepConfig
 
 # one row per micro-batch keeps CPU memory of the 30-layer backward near 8 GB
@@ -43,7 +43,7 @@ def smollm2_config(domain: str) -> Config:
 def smollm2_settings(domain: str) -> CToMSettings:
     return CToMSettings(
         domain=domain, tasks="builtin", num_tasks=4, simulator="scripted",
-        controller=dict(max_rounds=1, max_revisions=1, plan_cap=12, ask_cap=16, draft_cap=24,
+        controller=ControllerSettings(max_rounds=1, max_revisions=1, plan_cap=12, ask_cap=16, draft_cap=24,
                         revision_cap=24, prediction_cap=12),
         pred_rows=4, pred_row_len=ROW_LEN[domain], eval_conversations=1)
 
@@ -88,7 +88,7 @@ def qwen3_8b_settings(domain: str) -> CToMSettings:
         domain=domain, tasks=os.environ.get("CTOM_TASKS", "builtin"), simulator="http",
         simulator_url=os.environ.get("CTOM_SIMULATOR_URL", "http://127.0.0.1:8000/v1"),
         simulator_model="Qwen/Qwen3-32B-FP8",
-        controller=dict(w_effort=W_EFFORT, max_rounds=d.max_rounds),
+        controller=ControllerSettings(w_effort=W_EFFORT, max_rounds=d.max_rounds),
         pred_rows=0, pred_row_len=8192, eval_conversations=8, reuse_cache=False)
 
 
@@ -113,7 +113,7 @@ def tiny_config() -> Config:
                               checkpoint_every=20, progress=True, advantage_std_floor=0.1),
         ctom=CToMSettings(
             domain="packing", num_tasks=256, eval_tasks=64, simulator="scripted",
-            controller=dict(max_rounds=2, max_revisions=2, plan_cap=4,
+            controller=ControllerSettings(max_rounds=2, max_revisions=2, plan_cap=4,
                             ask_cap=8, draft_cap=10, revision_cap=10, prediction_cap=12,
                             categorical=False),
             pred_rows=96, pred_row_len=256, eval_conversations=4, sampler_min_rows=64,

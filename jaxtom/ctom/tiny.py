@@ -69,7 +69,7 @@ def teacher_conversations(tasks, tok, controller: ControllerConfig, rng: np.rand
 
 def controllers(settings) -> dict[str, ControllerConfig]:
     """The run's CToM controller and its direct (baseline) twin, same caps."""
-    base = {k: v for k, v in settings.controller.items() if k != "mode"}
+    base = {k: v for k, v in settings.controller.overrides().items() if k != "mode"}
     return {mode: ControllerConfig.for_domain(settings.domain, **base, mode=mode)
             for mode in ("ctom", "direct")}
 

@@ -19,7 +19,7 @@ from jaxtom import storage
 from jaxtom.config import ConfigError, load_config, resolve_model_path
 from jaxtom.ctom import lockstep
 from jaxtom.ctom.config import CToMSettings
-from jaxtom.ctom.controller import ControllerConfig, run_conversations
+from jaxtom.ctom.controller import run_conversations
 from jaxtom.ctom.policies import SamplerPolicy
 from jaxtom.ctom.simulators import HTTPSimulator, ScriptedSimulator
 from jaxtom.ctom.simulators_llm import LLMSimulator
@@ -111,7 +111,7 @@ class ConversationRollout:
         # an in-process LLM simulator is read into the run's mesh: on several processes it is
         # a collective that every process calls alike (see lockstep.shared_simulator)
         self.simulator = simulator or make_simulator(settings, mesh=mesh)
-        self.controller = ControllerConfig.for_domain(settings.domain, **settings.controller)
+        self.controller = settings.controller_config()
         self.padded_rows = padded_rows
 
     def __call__(self, model, tasks, key, step) -> Rollout:

