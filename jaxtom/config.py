@@ -102,6 +102,15 @@ class MeshSection:
     tensor: int = 1
 
 
+@typing.runtime_checkable
+class PaperSection(typing.Protocol):
+    """A paper's own section (`jaxtom.mindzero.config.MindZeroSection`,
+    `jaxtom.ctom.config.CToMSettings`): a frozen dataclass that checks itself against the whole
+    config. The papers sit above this module, so it names only what it calls."""
+
+    def validate(self, config: Config) -> None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     model: ModelSection = ModelSection()
@@ -109,8 +118,8 @@ class Config:
     step: StepConfig = StepConfig()
     trainer: TrainerConfig = TrainerConfig()
     mesh: MeshSection = MeshSection()
-    mindzero: Any = None  # jaxtom.mindzero.config.MindZeroSection
-    ctom: Any = None  # jaxtom.ctom.config.CToMSettings
+    mindzero: PaperSection | None = None  # jaxtom.mindzero.config.MindZeroSection
+    ctom: PaperSection | None = None  # jaxtom.ctom.config.CToMSettings
 
     @property
     def kind(self) -> str:
@@ -346,8 +355,12 @@ def validate(config: Config) -> Config:
                f"a token id in [0, model.vocab_size={m.vocab_size})", k.target_token)
     for name in ("mindzero", "ctom"):
         section = getattr(config, name)
-        if section is not None and hasattr(section, "validate"):
-            section.validate(config)
+        if section is None:
+            continue
+        if not isinstance(section, PaperSection):
+            raise ConfigError(name, "a paper section (a dataclass with validate(config))",
+                              type(section).__name__)
+        section.validate(config)
     return config
 
 
