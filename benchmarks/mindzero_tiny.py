@@ -61,7 +61,7 @@ def score_candidates(run: Path) -> dict:
     from jaxtom.config import load_config
     from jaxtom.mindzero import evaluate as ev
     from jaxtom.mindzero.observation import HostEpisodes
-    from jaxtom.mindzero.trainer import env_params, load_model, make_episodes
+    from jaxtom.mindzero.goals_text import env_params, load_model, make_episodes
     from jaxtom.eval import metrics
     cfg = load_config_from_run(run, load_config)
     _, test = make_episodes(cfg)

@@ -39,7 +39,7 @@ from flax import nnx
 
 from jaxtom.config import load_config
 from jaxtom.models.orbax_io import restore_params
-from jaxtom.mindzero.trainer import prepare
+from jaxtom.mindzero.goals_text import prepare
 from jaxtom.rl.step import Learner
 from jaxtom.rl.trainer import pack_rollout
 

@@ -43,7 +43,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxtom.mindzero import trainer as text_trainer
+from jaxtom.mindzero import goals_text
 from jaxtom.mindzero import vl_train
 from jaxtom.mindzero.data import task_records, timestep_records
 from jaxtom.mindzero.driver import make_mesh
@@ -138,7 +138,7 @@ def run(kind: str, steps: int, lr: float, seed: int, evals: int,
         observation: str = "image", pictures: int = 160, cell: int = 32) -> dict:
     workdir = tempfile.mkdtemp(prefix=f"vl_reading_{kind}_")
     cfg = probe_config(steps, lr, seed, workdir, observation, cell)
-    train_eps, test_eps = text_trainer.make_episodes(cfg)
+    train_eps, test_eps = goals_text.make_episodes(cfg)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     labels = sorted({name for row in view.labels + test_view.labels for name in row})
     vl_train.observation_image = picture(kind, labels)  # what VLPrompts renders

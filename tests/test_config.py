@@ -88,7 +88,7 @@ def test_initializer_range_reaches_the_vision_tower_of_a_random_qwen3_vl(tmp_pat
     import numpy as np
     from jaxtom.mindzero.experiments_vl import tiny_vl_config
     from jaxtom.mindzero.vl_train import build_vl_model
-    from jaxtom.mindzero.trainer import make_episodes
+    from jaxtom.mindzero.goals_text import make_episodes
     from jaxtom.mindzero.observation import HostEpisodes
     cfg = tiny_vl_config()
     cfg = dataclasses.replace(

@@ -33,7 +33,7 @@ from jaxtom.ctom.config import CToMSettings
 from jaxtom.ctom.tiny import model_and_tokenizer
 from jaxtom.ctom.train import load_model_and_tokenizer
 from jaxtom.errors import BadInputError, MissingInputError
-from jaxtom.mindzero import trainer as goal_task
+from jaxtom.mindzero import goals_text
 from jaxtom.mindzero.config import MindZeroSection, is_image
 from jaxtom.mindzero.household.config import HouseholdMindZero
 from jaxtom.mindzero.vl_train import build_vl_model
@@ -103,7 +103,7 @@ def template_model(config, mesh):
     tokenizer = None if config.model.path else own_tokenizer
     if is_image(config.mindzero.data.observation):
         return build_vl_model(config, run_dir, tokenizer_path=tokenizer, mesh=mesh)[0]
-    return goal_task.build_model(config, run_dir, tokenizer_path=tokenizer, mesh=mesh)[0]
+    return goals_text.build_model(config, run_dir, tokenizer_path=tokenizer, mesh=mesh)[0]
 
 
 def restore_trainer_checkpoint(model, config, directory, step: int | None, mesh):

@@ -23,8 +23,7 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.gridworld import qa_episodes
 from jaxtom.gridworld.episodes import layout_keys
-from jaxtom.mindzero import qa_eval
-from jaxtom.mindzero import trainer as mz
+from jaxtom.mindzero import goals_text, qa_eval
 from jaxtom.mindzero.config import MindZeroSection
 from jaxtom.mindzero.household.config import HouseholdMindZero
 from jaxtom.mindzero.household.qa_ssrl import HouseholdQA
@@ -68,9 +67,11 @@ def qa_data(config) -> tuple[QASet, QASet]:
     """(train, held-out) QA sets of the run, deterministic in `trainer.seed`."""
     d, seed = config.mindzero.data, config.trainer.seed
     root = jax.random.key(seed)
-    train = qa_episodes(jax.random.fold_in(root, _TRAIN_KEY), mz.episode_params(config, "train"),
+    train = qa_episodes(jax.random.fold_in(root, _TRAIN_KEY),
+                        goals_text.episode_params(config, "train"),
                         d.train_episodes, batch_size=512, seed=seed)
-    test = qa_episodes(jax.random.fold_in(root, _TEST_KEY), mz.episode_params(config, "test"),
+    test = qa_episodes(jax.random.fold_in(root, _TEST_KEY),
+                       goals_text.episode_params(config, "test"),
                        d.eval_episodes, batch_size=512, seed=seed + 1000,
                        exclude_layouts=layout_keys(train[0]))
     return QASet.make(*train), QASet.make(*test)
@@ -79,7 +80,7 @@ def qa_data(config) -> tuple[QASet, QASet]:
 def likelihood_table(qa: QASet, config) -> np.ndarray:
     """[E, T + 1, G] cumulative planner log-likelihoods of the set's episodes."""
     trajectories = jax.tree.map(jnp.asarray, qa.episodes.trajectories)
-    return np.asarray(cumulative_log_likelihoods(trajectories, mz.env_params(config)))
+    return np.asarray(cumulative_log_likelihoods(trajectories, goals_text.env_params(config)))
 
 
 def build_model(config, run_dir: Path, sets=(), mesh=None):
@@ -99,14 +100,14 @@ def build_model(config, run_dir: Path, sets=(), mesh=None):
     tokenizer_path = path if not config.model.path else None
     if image:
         return build_vl_model(config, run_dir, tokenizer_path=tokenizer_path, mesh=mesh)
-    return mz.build_model(config, run_dir, tokenizer_path=tokenizer_path, mesh=mesh)
+    return goals_text.build_model(config, run_dir, tokenizer_path=tokenizer_path, mesh=mesh)
 
 
 def load_model(config, checkpoint: str | Path):
     """(model, codec) saved at `checkpoint` by a QA run of either observation."""
     if config.mindzero.data.observation == "image":
         return load_vl_model(config, checkpoint)
-    return mz.load_model(config, checkpoint)
+    return goals_text.load_model(config, checkpoint)
 
 
 def question_prompts(config, codec, qa: QASet, model) -> QAPrompts:

@@ -1,6 +1,6 @@
 """MindZero SSRL with a vision-language policy: image observations through Qwen3-VL.
 
-The same two phases on the same trainer as `jaxtom.mindzero.trainer` (format warm-up, then
+The same two phases on the same trainer as `jaxtom.mindzero.goals_text` (format warm-up, then
 particle SSRL rewarded by eq. 4); what changes is what a prompt is. Each (episode, t) prompt
 is the image observation's text (`image_observation`, Figure 7 with the rendered grid) with
 its image placeholder expanded to the picture's token count, plus the picture itself.
@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxtom import storage
 from jaxtom.mindzero import data as data_lib
-from jaxtom.mindzero import trainer as text_trainer
+from jaxtom.mindzero import goals_text
 from jaxtom.mindzero.data import PromptCache, task_records
 from jaxtom.mindzero.monitor import monitor_rows, monitor_scores
 from jaxtom.mindzero.observation import HostEpisodes, observation_image
@@ -73,7 +73,7 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
     created or read straight into its shards on `mesh` when given."""
     m = config.model
     if m.path:
-        model, codec = text_trainer.build_model(config, run_dir, views, tokenizer_path, mesh)
+        model, codec = goals_text.build_model(config, run_dir, views, tokenizer_path, mesh)
         if not isinstance(model, Qwen3VL):
             raise ValueError(f"mindzero.data.observation='image' needs a Qwen3-VL checkpoint; "
                              f"model.path={m.path!r} is a text-only model")
@@ -81,7 +81,7 @@ def build_vl_model(config, run_dir: Path, views=(), tokenizer_path=None, mesh=No
     path = storage.path(tokenizer_path or storage.path(run_dir) / "tokenizer.json")
     if tokenizer_path is None and not path.exists():
         rng = np.random.default_rng(config.trainer.seed)
-        tok = train_bpe(text_trainer.corpus(config, views, rng), m.vocab_size)
+        tok = train_bpe(goals_text.corpus(config, views, rng), m.vocab_size)
         tok.backend.add_special_tokens([VISION_START, IMAGE_PAD, VISION_END])
         # a probability's "0." as one token, where `trainer.explore_temperature` explores
         # (the text prompts' BPE merges it; the longer image prompts' BPE may not), and the
@@ -200,7 +200,7 @@ class VLWarmupRollout(WarmupRollout):
                                row_len=self.row_len, pad_id=self.codec.pad_id)
 
 
-class VLParticleRollout(text_trainer.ParticleRollout):
+class VLParticleRollout(goals_text.ParticleRollout):
     """SSRL on image prompts: `group_size` particle completions per picture, eq. 4."""
 
     def __init__(self, config, codec: Codec, view: HostEpisodes, table, prompts: VLPrompts):
@@ -261,7 +261,7 @@ def prepare(config, run_dir: Path, mesh):
     """The goal task over image observations for the one driver (`driver.train`): the text
     goal task's episodes, teacher and reward on a Qwen3-VL policy whose prompts carry
     their pictures; its warm-up is checked and retried as the text one is."""
-    train_eps, test_eps = text_trainer.make_episodes(config)
+    train_eps, test_eps = goals_text.make_episodes(config)
     view, test_view = HostEpisodes.from_episodes(train_eps), HostEpisodes.from_episodes(test_eps)
     model, codec = build_vl_model(config, run_dir, views=(view, test_view), mesh=mesh)
     vl = model.config
@@ -269,7 +269,7 @@ def prepare(config, run_dir: Path, mesh):
 
     def ssrl_rollout(config, model):
         table = np.asarray(cumulative_log_likelihoods(
-            train_eps.trajectories, text_trainer.env_params(config)))
+            train_eps.trajectories, goals_text.env_params(config)))
         return VLParticleRollout(config, codec, view, table, prompts)
 
     return Prepared(

@@ -149,7 +149,7 @@ def test_export_of_a_mindzero_run_writes_its_kept_model_and_tokenizer(tmp_path, 
     from jaxtom.config import load_config
     from jaxtom.models.orbax_io import save_model
     from jaxtom.mindzero.policy import train_bpe
-    from jaxtom.mindzero.trainer import build_model
+    from jaxtom.mindzero.goals_text import build_model
     from flax import nnx
 
     run = tmp_path / "run"

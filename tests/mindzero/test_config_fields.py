@@ -11,7 +11,7 @@ import pytest
 from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero import data as data_lib
-from jaxtom.mindzero import trainer as mz
+from jaxtom.mindzero import goals_text
 from jaxtom.mindzero import vl_train
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.reward import cumulative_log_likelihoods
@@ -53,7 +53,7 @@ def _particle_advantages(view, table, *overrides):
     cfg = load_config(GOALS, ["trainer.group_size=4", "mindzero.data.num_particles=2",
                               *overrides])
     codec = _Codec()
-    rollout = mz.ParticleRollout(cfg, codec, view, table)
+    rollout = goals_text.ParticleRollout(cfg, codec, view, table)
     tasks = [{"episode": 0, "t": 5, "row": 0}, {"episode": 3, "t": 9, "row": 1}]
     texts = [data_lib.warmup_target(view, task["episode"], 2, np.random.default_rng(g),
                                     task["t"], "random") for task in tasks for g in range(4)]
@@ -115,7 +115,7 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
     token that `trainer.explore_temperature` explores after."""
     from jaxtom.models import Qwen3VL
     few = episodes.take([0, 1])  # a small BPE corpus
-    monkeypatch.setattr(mz, "make_episodes", lambda config: (few, few))
+    monkeypatch.setattr(goals_text, "make_episodes", lambda config: (few, few))
     seen = {}
 
     class Stop(Exception):

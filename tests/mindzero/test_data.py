@@ -283,7 +283,7 @@ def test_probability_markers_precede_each_probability_digit_and_reach_the_sample
     digits, and the SSRL rollout hands them to the sampler with
     `trainer.explore_temperature` (recorded, not assumed); with exploration off or a single
     hypothesis, nothing."""
-    from jaxtom.mindzero import trainer as mz_trainer
+    from jaxtom.mindzero import goals_text as mz_trainer
     from jaxtom.mindzero.experiments import tiny_config
     rng = np.random.default_rng(0)
     texts = [compact_observation(view, e, t, 2) for e, t in data_lib.timestep_records(view, 4)]

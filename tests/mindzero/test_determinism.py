@@ -11,7 +11,7 @@ from flax import nnx
 
 from jaxtom.config import load_config
 from jaxtom.mindzero.driver import train
-from jaxtom.mindzero.trainer import load_model
+from jaxtom.mindzero.goals_text import load_model
 
 MICRO = ["mindzero.data.train_episodes=8", "mindzero.data.eval_episodes=2",
          "mindzero.warmup.steps=3", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0", "mindzero.warmup.batch_size=4", "trainer.total_steps=3",

@@ -7,7 +7,7 @@ import pytest
 from jaxtom.gridworld import qa_episodes
 from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.observation import HostEpisodes
-from jaxtom.mindzero.run import qa_markdown
+from jaxtom.mindzero.goals_eval import qa_markdown
 
 KEYS = {"overall", "overall_se", "decided"} | {
     f"type{k}{s}" for k in (1, 2, 3) for s in ("", "_se", "_n")}

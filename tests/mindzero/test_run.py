@@ -5,7 +5,7 @@ import json
 import pytest
 
 from jaxtom.config import load_config
-from jaxtom.mindzero.run import load_run_config
+from jaxtom.mindzero.goals_eval import load_run_config
 
 
 def test_load_run_config_round_trips_config_json(tmp_path):
@@ -25,7 +25,7 @@ def test_load_run_config_round_trips_config_json(tmp_path):
 
 
 def test_assistance_heading_names_the_human_settings_used():
-    from jaxtom.mindzero.run import markdown
+    from jaxtom.mindzero.goals_eval import markdown
     entry = {"speedup": 0.1, "speedup_se": 0.01}
     results = {"episodes": 4, "queries": 9, "goal_inference": {}, "assist_episodes": 4,
                "assistance": {"oracle": entry},

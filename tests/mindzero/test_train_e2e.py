@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from jaxtom.config import load_config
-from jaxtom.mindzero.run import evaluate_run
+from jaxtom.mindzero.goals_eval import evaluate_run
 from jaxtom.mindzero.driver import train
 
 

@@ -28,7 +28,7 @@ def test_qk_norm_is_a_model_switch_and_the_goal_default_turns_it_off(tmp_path):
     """The goal-inference CPU default drops Qwen3's q/k norm (it held a from-scratch model's
     fixed-slot copy back); the family default stays, and such a decoder is not exported as an
     HF architecture it is not."""
-    from jaxtom.mindzero.trainer import build_model
+    from jaxtom.mindzero.goals_text import build_model
     from jaxtom.models.config import config_to_hf_dict
 
     default = load_config("configs/mindzero_gridworld_tiny.py")
@@ -186,7 +186,7 @@ def test_best_model_keeps_the_warmup_when_ssrl_never_beats_it(tmp_path):
 
 def test_validation_episodes_are_apart_from_train_and_eval_and_need_a_monitor():
     from jaxtom.gridworld.episodes import layout_keys
-    from jaxtom.mindzero.trainer import make_episodes, validation_episodes
+    from jaxtom.mindzero.goals_text import make_episodes, validation_episodes
     cfg = load_config("configs/mindzero_gridworld_tiny.py", [
         "mindzero.data.train_episodes=20", "mindzero.data.eval_episodes=10",
         "mindzero.data.val_episodes=10"])
@@ -208,7 +208,7 @@ def test_validation_episodes_are_apart_from_train_and_eval_and_need_a_monitor():
 def test_the_default_keeps_its_last_model_and_the_best_model_rule_is_an_override(tmp_path):
     """`data.keep`: the CPU default keeps its last SSRL model (its validation episodes feed
     the monitor and the warm-up checks); `keep=best` turns the best-monitor rule on."""
-    from jaxtom.mindzero.trainer import prepare
+    from jaxtom.mindzero.goals_text import prepare
     small = ["mindzero.data.train_episodes=6", "mindzero.data.eval_episodes=2",
              "mindzero.data.val_episodes=2", "model.vocab_size=320"]
     kept = {}

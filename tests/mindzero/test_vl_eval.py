@@ -13,10 +13,10 @@ import pytest
 
 from jaxtom import flops
 from jaxtom.config import load_config
-from jaxtom.mindzero import trainer as text_trainer
+from jaxtom.mindzero import goals_text
 from jaxtom.models.orbax_io import save_model
 from jaxtom.mindzero.observation import HostEpisodes
-from jaxtom.mindzero.run import evaluate_run
+from jaxtom.mindzero.goals_eval import evaluate_run
 from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
 from jaxtom.mindzero.vl_train import build_vl_model
 
@@ -27,7 +27,7 @@ EVAL = ["mindzero.eval.episodes=3", "mindzero.eval.stride=6", "mindzero.eval.ass
 
 def _saved_run(cfg, run_dir, build):
     """A run directory holding a model's checkpoint and its tokenizer, as training leaves."""
-    train, test = text_trainer.make_episodes(cfg)
+    train, test = goals_text.make_episodes(cfg)
     views = (HostEpisodes.from_episodes(train), HostEpisodes.from_episodes(test))
     model, _ = build(cfg, run_dir, views=views)
     save_model(model, run_dir / "checkpoint")
@@ -43,7 +43,7 @@ def test_image_run_evaluates_like_the_text_path(tmp_path):
         f"mindzero.data.num_particles={vl_cfg.mindzero.data.num_particles}"])
     assert dataclasses.asdict(vl_cfg.mindzero.eval) == dataclasses.asdict(text_cfg.mindzero.eval)
     vl_ckpt = _saved_run(vl_cfg, tmp_path / "vl", build_vl_model)
-    text_ckpt = _saved_run(text_cfg, tmp_path / "text", text_trainer.build_model)
+    text_ckpt = _saved_run(text_cfg, tmp_path / "text", goals_text.build_model)
     vl = evaluate_run(vl_cfg, vl_ckpt, progress=False)
     text = evaluate_run(text_cfg, text_ckpt, progress=False)
 
@@ -67,7 +67,7 @@ def test_image_run_evaluates_like_the_text_path(tmp_path):
     model, codec = load_vl_model(vl_cfg, vl_ckpt)
     queries = VLQueries(model, codec, vl_cfg.mindzero.data.image_cell_size,
                         vl_cfg.mindzero.data.image_style, 2)
-    view = HostEpisodes.from_episodes(text_trainer.make_episodes(vl_cfg)[1])
+    view = HostEpisodes.from_episodes(goals_text.make_episodes(vl_cfg)[1])
     texts, tokens = queries.ask(view, [(0, 1), (1, 2)], key=jax.random.key(0),
                                 temperature=0.0, max_new_tokens=4)
     assert len(texts) == 2 and (tokens > queries.patches // 4).all()  # image tokens counted

@@ -302,9 +302,9 @@ def test_async_save_resumes_from_newest_finished(tmp_path):
 CONVERTED = ["jaxtom/storage.py", "jaxtom/rl/checkpoint.py", "jaxtom/rl/logging.py",
              "jaxtom/rl/trainer.py", "jaxtom/models/hf_io.py", "jaxtom/models/vl_io.py",
              "jaxtom/models/byte_ranges.py",
-             "jaxtom/mindzero/trainer.py", "jaxtom/mindzero/qa_train.py",
+             "jaxtom/mindzero/goals_text.py", "jaxtom/mindzero/qa_train.py",
              "jaxtom/mindzero/vl_train.py", "jaxtom/mindzero/qa_eval.py",
-             "jaxtom/mindzero/run.py", "jaxtom/mindzero/household/train.py",
+             "jaxtom/mindzero/goals_eval.py", "jaxtom/mindzero/household/train.py",
              "jaxtom/mindzero/household/evaluate.py", "jaxtom/ctom/evaluate.py",
              "jaxtom/commands/export.py"]
 

@@ -1,6 +1,6 @@
 """Household MindZero on the one trainer (`jaxtom.rl.trainer.Trainer`): format warm-up, then SSRL.
 
-Same two phases as the gridworld (`jaxtom.mindzero.trainer`), household parts plugged in:
+Same two phases as the gridworld (`jaxtom.mindzero.goals_text`), household parts plugged in:
 the warm-up is a supervised rollout on the label-free teacher of `jaxtom.mindzero.household.data`
 (advantage 1: exactly the NLL gradient); SSRL samples `group_size` Figure 9 particle
 completions per (episode, t) prompt, parses them (`particles.parse_particles`, train rule:
@@ -39,7 +39,7 @@ import numpy as np
 from jaxtom import storage
 from jaxtom.household import text
 from jaxtom.household.symbolic import SymbolicLikelihood, log_prior
-from jaxtom.mindzero import trainer as mz
+from jaxtom.mindzero import goals_text
 from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household import reward as hr
 from jaxtom.mindzero.household.llm_prompts import (
@@ -52,10 +52,10 @@ from jaxtom.mindzero.household.llm_scoring import CachedScorer, ModelScorer
 from jaxtom.mindzero.household.llm_scoring_http import HTTPScorer
 from jaxtom.mindzero.household.particles import parse_particles, to_arrays
 from jaxtom.mindzero.household.scores import belief_scores
-from jaxtom.models.orbax_io import restore_params
 from jaxtom.mindzero.policy import Codec, sample_completions, train_bpe
 from jaxtom.mindzero.task import Prepared
 from jaxtom.mindzero.warmup import teacher_rollout
+from jaxtom.models.orbax_io import restore_params
 from jaxtom.rl import group_advantages
 from jaxtom.rl.distributed import generate_rows
 from jaxtom.rl.trainer import Rollout, compact_kwargs, completion_rows, sample_rows
@@ -93,7 +93,7 @@ def build_model(config, run_dir: Path, episode_sets=(), mesh=None):
         tok.backend.add_tokens(list(JSON_PIECES) + words + [f" {w}" for w in words])
         if jax.process_index() == 0:
             storage.save_tokenizer(path, tok.backend)
-    return mz.build_model(config, run_dir,
+    return goals_text.build_model(config, run_dir,
                           tokenizer_path=path if not config.model.path else None, mesh=mesh)
 
 

@@ -30,7 +30,7 @@ from jaxtom.mindzero import evaluate as ev
 from jaxtom.mindzero.assist import assist
 from jaxtom.mindzero.config import MindZeroSection, is_image
 from jaxtom.mindzero.observation import HostEpisodes
-from jaxtom.mindzero.trainer import env_params, episode_params, load_model, make_episodes
+from jaxtom.mindzero.goals_text import env_params, episode_params, load_model, make_episodes
 from jaxtom.mindzero.vl_eval import VLQueries, load_vl_model
 
 COLUMNS = (("top1", "top-1 goal acc"), ("log_score", "log score (true goal)"),
