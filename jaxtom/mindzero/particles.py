@@ -51,12 +51,16 @@ class Particles:
 
 @dataclasses.dataclass(frozen=True)
 class ParseFailure:
-    """Why a completion could not be used; it earns the format penalty."""
+    """Why a completion could not be used, in any domain; it earns the format penalty. It
+    holds no hypotheses under either domain's names (gridworld `pairs` / `q`, household
+    `goals` / `probs`)."""
     reason: str
 
     ok = False
     pairs: tuple = ()
     q: tuple = ()
+    goals: tuple = ()
+    probs: tuple = ()
 
     def __len__(self) -> int:
         return 0

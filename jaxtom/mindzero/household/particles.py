@@ -3,8 +3,8 @@
 A completion proposes n goals
 `{"particles": [{"task_name", "objects": [{"type", "count"}], "target": {"type"}, "p"}, ...]}`.
 Model output is untrusted: `parse_particles(text, ...)` never raises on it and returns either
-`HouseholdParticles(goals, probs)` or `ParseFailure(reason)` (shaped like the gridworld's:
-`ok`, `reason`; it earns the reward's format penalty).
+`HouseholdParticles(goals, probs)` or MindZero's one `ParseFailure(reason)`
+(`jaxtom.mindzero.particles`; it earns the reward's format penalty).
 
 Lenient about the form:
   * the JSON is taken from a ```json fence, the whole text or its outermost braces, else
@@ -50,6 +50,7 @@ import numpy as np
 
 from jaxtom.household.catalog import GOAL_OBJECT_TYPES, TARGETS, TASKS
 from jaxtom.household.goals import Goal
+from jaxtom.mindzero.particles import ParseFailure
 
 MODES = ("train", "eval")
 DEFAULT_FLOOR = 1e-12  # q floor of `normalise`, as the gridworld's parser
@@ -72,7 +73,7 @@ _OBJECT_FIELDS = {"type": ("type", "name", "object", "object_type", "kind", "cla
 _TARGET_FIELDS = {"type": ("type", "name", "target", "location", "object", "class")}
 
 
-__all__ = ["HouseholdParticles", "ParseFailure", "parse_particles", "format_particles",
+__all__ = ["HouseholdParticles", "parse_particles", "format_particles",
            "extract_particles_json", "to_arrays", "MODES", "DEFAULT_NUM_PARTICLES"]
 
 
@@ -88,20 +89,6 @@ class HouseholdParticles:
 
     def __len__(self) -> int:
         return len(self.goals)
-
-
-@dataclasses.dataclass(frozen=True)
-class ParseFailure:
-    """Why a completion could not be used; it earns the reward's format penalty. (Shaped like
-    `jaxtom.mindzero.particles.ParseFailure`, without importing the gridworld stack.)"""
-    reason: str
-
-    ok = False
-    goals: tuple = ()
-    probs: tuple = ()
-
-    def __len__(self) -> int:
-        return 0
 
 
 def normalise(p: Sequence[float], floor: float = DEFAULT_FLOOR) -> tuple[float, ...]:

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from jaxtom.household.catalog import GOAL_OBJECT_TYPES, TARGETS, TASKS
 from jaxtom.household.goals import Goal
-from jaxtom.mindzero.household.particles import (HouseholdParticles, ParseFailure, format_particles,
+from jaxtom.mindzero.particles import ParseFailure
+from jaxtom.mindzero.household.particles import (HouseholdParticles, format_particles,
                                         parse_particles, to_arrays)
 
 TABLE = Goal.make("setup_table", {"plate": 2, "cutleryfork": 2, "waterglass": 2},
