@@ -154,15 +154,6 @@ class MindZeroSection:
               "'figure' unless data.observation is 'image' or 'image_short' (a text "
               "observation draws no picture)",
               d.image_style)
-        check(not (d.task == "qa" and d.observation == "image_short"), "data.observation",
-              "'image' for QA with pictures (image_short's line asks for goals)",
-              d.observation)
-        check(not (d.task == "qa" and d.observation in ("compact_closing", "compact_ranked")),
-              "data.observation",
-              "'figure', 'compact' or 'image' for data.task='qa'", d.observation)
-        check(not (d.task == "qa" and d.image_style == "cells_ranked"), "data.image_style",
-              "'figure' or 'cells' for data.task='qa' (as QA reads no compact_ranked)",
-              d.image_style)
         check(d.split in ("labels", "episodes"), "data.split", "'labels' or 'episodes'", d.split)
         check(d.label_set in ("all", "figure7"), "data.label_set", "'all' or 'figure7'",
               d.label_set)
@@ -174,9 +165,9 @@ class MindZeroSection:
             check(getattr(d, name) >= 1, f"data.{name}", "a positive int", getattr(d, name))
         check(d.val_episodes >= 0, "data.val_episodes", "an int >= 0 (0: none)",
               d.val_episodes)
-        check(not d.val_episodes or (d.task == "goals" and not is_image(d.observation)),
-              "data.val_episodes", "0 for this task and observation (validation episodes "
-              "exist for the text goal task)", d.val_episodes)
+        check(not d.val_episodes or not is_image(d.observation),
+              "data.val_episodes", "0 for an image observation (validation episodes exist "
+              "for goal tasks over text)", d.val_episodes)
         check(d.keep in ("best", "last"), "data.keep", "'best' or 'last'", d.keep)
         check(not d.val_episodes or config.trainer.eval_every > 0, "data.val_episodes",
               "0 with trainer.eval_every=0 (the kept model is chosen at the monitor's steps)",
@@ -201,15 +192,6 @@ class MindZeroSection:
               "0 without a reading phase (warmup.read_steps)", w.read_share)
         check(not (w.read_steps and 0 < w.check_at <= w.read_steps), "warmup.check_at",
               "0 or past warmup.read_steps (the check reads answers, not names)", w.check_at)
-        if d.task == "qa":  # its warm-up (random letters) has no held-out check to act on
-            for name in ("min_distinct", "min_lead", "retries", "check_at", "read_steps"):
-                check(not getattr(w, name), f"warmup.{name}",
-                      "0 for mindzero.data.task='qa' (the QA warm-up is not checked, so "
-                      "nothing would act on it)", getattr(w, name))
-            if config.trainer.explore_temperature:  # a letter answer has no probability
-                raise ConfigError("trainer.explore_temperature", "0 for mindzero.data.task="
-                                  "'qa' (its answers have no probability digit to explore)",
-                                  config.trainer.explore_temperature)
         if is_image(d.observation) and config.trainer.share_prompts:
             # image rollouts pack their own rows (each with its picture): no shared prompts
             raise ConfigError("trainer.share_prompts", "false with mindzero.data.observation="

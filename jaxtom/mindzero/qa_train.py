@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtom import storage
+from jaxtom.config import ConfigError
 from jaxtom.gridworld import qa_episodes
 from jaxtom.gridworld.episodes import layout_keys
 from jaxtom.mindzero import goals_text, qa_eval
@@ -260,7 +261,39 @@ def evaluate_qa_run(cfg, checkpoint: str | Path, *, test=None, train=None) -> di
     return results
 
 
+def validate(config) -> None:
+    """What QA cannot run with: observations that ask for goals, a checked warm-up (its
+    random letters have no held-out check to act on) and exploration of a probability digit
+    (a letter answer has none)."""
+    d, w, task = config.mindzero.data, config.mindzero.warmup, config.mindzero.data.task
+
+    def check(ok, field, expected, got):
+        if not ok:
+            raise ConfigError(field, expected, got)
+
+    if task == "qa":
+        check(d.observation != "image_short", "mindzero.data.observation",
+              "'image' for QA with pictures (image_short's line asks for goals)", d.observation)
+        check(d.observation not in ("compact_closing", "compact_ranked"),
+              "mindzero.data.observation", "'figure', 'compact' or 'image' for "
+              "data.task='qa'", d.observation)
+        check(d.image_style != "cells_ranked", "mindzero.data.image_style",
+              "'figure' or 'cells' for data.task='qa' (as QA reads no compact_ranked)",
+              d.image_style)
+        check(not d.val_episodes, "mindzero.data.val_episodes", "0 for data.task='qa' "
+              "(validation episodes exist for goal tasks over text)", d.val_episodes)
+    for name in ("min_distinct", "min_lead", "retries", "check_at", "read_steps"):
+        check(not getattr(w, name), f"mindzero.warmup.{name}",
+              f"0 for mindzero.data.task='{task}' (the QA warm-up is not checked, so nothing "
+              "would act on it)", getattr(w, name))
+    check(not config.trainer.explore_temperature, "trainer.explore_temperature",
+          f"0 for mindzero.data.task='{task}' (its answers have no probability digit to "
+          "explore)", config.trainer.explore_temperature)
+
+
 register(Task("qa", prepare=prepare, evaluate=evaluate_qa_run, section=MindZeroSection,
+              validate=validate,
               about="binary-choice questions on the gridworld (Table 4a), text or image"))
 register(Task("household_qa", prepare=prepare, evaluate=evaluate_qa_run,
-              section=HouseholdMindZero, about="MMToM-style household questions (Table 4b)"))
+              section=HouseholdMindZero, validate=validate,
+              about="MMToM-style household questions (Table 4b)"))

@@ -44,12 +44,14 @@ class Task:
     writes and returns the held-out results of a run's checkpoint (`test` / `train`: the
     episodes `prepare` returned in `Prepared.result`, so `mindzero run` does not regenerate
     them). `section` is the type of `config.mindzero` the task reads (the gridworld's or
-    the household's section)."""
+    the household's section); `validate(config)` raises a `ConfigError` for settings the task
+    cannot run with (the section checks the rest)."""
     name: str
     prepare: Callable[..., Prepared]
     evaluate: Callable[..., dict]
     section: type
     about: str = ""
+    validate: Callable[[Any], None] | None = None
 
 
 _TASKS: dict[str, Task] = {}
@@ -68,8 +70,9 @@ def names() -> list[str]:
 
 
 def get(config) -> Task:
-    """The registered task `config.mindzero.data.task` names, or a `ConfigError` listing the
-    registered ones (or naming the section the task needs)."""
+    """The registered task `config.mindzero.data.task` names, checked against `config`; a
+    `ConfigError` lists the registered ones (or names the section or setting the task
+    needs)."""
     name = config.mindzero.data.task
     if name not in _TASKS:
         raise ConfigError("mindzero.data.task", f"a registered task: {names()}", name)
@@ -78,6 +81,8 @@ def get(config) -> Task:
         raise ConfigError("mindzero.data.task", f"a task of the config's section "
                           f"({type(config.mindzero).__name__}), not {name!r} (it reads a "
                           f"{task.section.__name__})", name)
+    if task.validate is not None:
+        task.validate(config)
     return task
 
 

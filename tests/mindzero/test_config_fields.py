@@ -11,7 +11,7 @@ import pytest
 from jaxtom.mindzero import driver
 from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero import data as data_lib
-from jaxtom.mindzero import goals_text
+from jaxtom.mindzero import goals_text, task
 from jaxtom.mindzero import vl_train
 from jaxtom.mindzero.observation import HostEpisodes
 from jaxtom.mindzero.reward import cumulative_log_likelihoods
@@ -162,11 +162,11 @@ def test_vl_warmup_is_the_checked_warmup_with_a_vl_rebuild(tmp_path, monkeypatch
     ("mindzero.warmup.read_steps", 5), ("trainer.explore_temperature", 2.0)])
 def test_qa_refuses_what_it_cannot_use_in_one_line(field, value):
     with pytest.raises(ConfigError) as err:
-        load_config(QA, [f"{field}={value}"])
+        task.get(load_config(QA, [f"{field}={value}"]))
     msg = str(err.value)
     assert msg.startswith(f"config error: {field}:") and "'qa'" in msg
     assert "\n" not in msg
-    load_config(QA, [f"{field}=0"])  # off is fine
+    task.get(load_config(QA, [f"{field}=0"]))  # off is fine
 
 
 @pytest.mark.parametrize("config, field, value", [

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from jaxtom.config import ConfigError, load_config
+from jaxtom.mindzero import task
 from jaxtom.mindzero.warmup import WarmupCollapsed, check_warmup
 
 
@@ -69,9 +70,9 @@ def test_a_warmup_that_does_not_name_the_lead_stops_the_run_with_what_to_do():
 
 
 def test_lead_first_counts_answers_whose_first_hypothesis_names_the_listed_lead(episodes):
+    from jaxtom.mindzero.monitor import monitor_scores
     from jaxtom.mindzero.observation import HostEpisodes, approach_order
     from jaxtom.mindzero.particles import format_particles
-    from jaxtom.mindzero.monitor import monitor_scores
     view = HostEpisodes.from_episodes(episodes)
     rows = [(e, t) for e in range(len(view)) for t in (1, int(view.length[e]) - 1)]
     true = np.zeros(len(rows), int)
@@ -202,7 +203,7 @@ def test_validation_episodes_are_apart_from_train_and_eval_and_need_a_monitor():
                 ["mindzero.data.val_episodes=5", "mindzero.data.task='qa'",
                  "mindzero.data.observation='compact'"]):
         with pytest.raises(ConfigError, match="val_episodes"):
-            load_config("configs/mindzero_gridworld_tiny.py", bad)
+            task.get(load_config("configs/mindzero_gridworld_tiny.py", bad))
 
 
 def test_the_default_keeps_its_last_model_and_the_best_model_rule_is_an_override(tmp_path):

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from jaxtom.gridworld import EnvParams, generate_episodes
-from jaxtom.mindzero.observation import image_observation, observation_image
-from jaxtom.mindzero.observation import HostEpisodes, get_observation
+from jaxtom.mindzero import task
+from jaxtom.mindzero.observation import (
+    HostEpisodes,
+    get_observation,
+    image_observation,
+    observation_image,
+)
 from jaxtom.models.image_processing import num_image_tokens, preprocess_image
 from jaxtom.models.vl_prompts import IMAGE_PAD, IMAGE_PLACEHOLDER
 from tests.rl.test_vl_step import tiny_vl_config
@@ -83,7 +88,8 @@ def test_config_selects_and_checks_the_image_observation():
                        ["mindzero.data.observation=image"]).mindzero.data.observation == "image"
     for bad in ("compact_closing", "image_short"):  # image_short's line asks for goals
         with pytest.raises(ConfigError, match="data.observation"):
-            load_config("configs/mindzero_qa_tiny.py", [f"mindzero.data.observation={bad}"])
+            task.get(load_config("configs/mindzero_qa_tiny.py",
+                                 [f"mindzero.data.observation={bad}"]))
     short = load_config(path, ["mindzero.data.observation=image_short",
                                "mindzero.data.image_style=cells"])
     assert short.mindzero.data.observation == "image_short" and not short.trainer.share_prompts
@@ -95,8 +101,7 @@ def test_cells_ranked_outlines_the_partner_the_path_ranked_ahead():
     listed partner from the second), and on nothing where it writes `|`."""
     from jaxtom.gridworld.render import MARK, stencils
     from jaxtom.mindzero.data import timestep_records
-    from jaxtom.mindzero.observation import ranked_partner
-    from jaxtom.mindzero.observation import approach_order, compact_observation
+    from jaxtom.mindzero.observation import approach_order, compact_observation, ranked_partner
     view = HostEpisodes.from_episodes(generate_episodes(jax.random.key(5), EnvParams(), 6))
     records = timestep_records(view, 1)
     ranked = [(e, t) for e, t in records if ranked_partner(view, e, t) >= 0]
@@ -121,5 +126,6 @@ def test_cells_ranked_outlines_the_partner_the_path_ranked_ahead():
         assert (block[ring] == MARK).all() and changed.sum() == ring.sum()
     from jaxtom.config import ConfigError, load_config
     with pytest.raises(ConfigError, match="data.image_style"):
-        load_config("configs/mindzero_qa_tiny.py", ["mindzero.data.observation=image",
-                                                     "mindzero.data.image_style=cells_ranked"])
+        task.get(load_config("configs/mindzero_qa_tiny.py",
+                             ["mindzero.data.observation=image",
+                              "mindzero.data.image_style=cells_ranked"]))

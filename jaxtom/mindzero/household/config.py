@@ -72,8 +72,7 @@ class HouseholdMindZero(MindZeroSection):
         # (its reward floors likelihood x prior: `likelihood_floor` is its own, `q_floor` the
         # gridworld's, refused below)
         MindZeroSection.validate(dataclasses.replace(
-            self, data=dataclasses.replace(d, task="qa" if d.task == "household_qa" else "goals",
-                                           observation="compact", split="episodes",
+            self, data=dataclasses.replace(d, observation="compact", split="episodes",
                                            label_set="all"),
             reward=dataclasses.replace(self.reward, likelihood_floor=RewardConfig.likelihood_floor)
         ), config)
