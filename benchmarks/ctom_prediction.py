@@ -34,8 +34,13 @@ from jaxtom.config import apply_overrides
 from jaxtom.ctom import experiments
 from jaxtom.ctom.data import load_tasks
 from jaxtom.ctom.heldout import heldout_pairs, mean_se, pair_nll
-from jaxtom.ctom.train import (CToMTrainer, load_model_and_tokenizer, make_simulator,
-                               sampler_policy)
+from jaxtom.ctom.train import (
+    conversation_trainer,
+    load_model_and_tokenizer,
+    make_simulator,
+    sampler_policy,
+)
+
 try:
     from benchmarks.provenance import Run
 except ImportError:  # run as a script: benchmarks/ is on sys.path
@@ -48,7 +53,7 @@ def train_one(config, tok, tasks, lambda_pred: float, workdir: str):
     config = apply_overrides(config, [f"step.lambda_pred={lambda_pred}",
                                       f"trainer.workdir={workdir}"])
     model, _ = load_model_and_tokenizer(config)
-    trainer = CToMTrainer(model, tok, tasks, config.step, config.trainer, config.ctom)
+    trainer = conversation_trainer(model, tok, tasks, config.step, config.trainer, config.ctom)
     state = trainer.run()
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         metrics = [json.loads(line) for line in f]

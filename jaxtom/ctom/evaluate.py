@@ -33,7 +33,7 @@ from jaxtom.ctom.satisfaction import END_SIGNAL
 from jaxtom.ctom.scoring import rouge_l_f1, score_math
 from jaxtom.ctom.task_sets import evaluation_tasks
 from jaxtom.ctom.train import (
-    CToMTrainer,
+    conversation_trainer,
     load_ctom_config,
     make_simulator,
     policy_and_tokenizer,
@@ -194,7 +194,8 @@ def models_to_evaluate(config, tok, start_model, tasks):
     out = []
     ckpt_dir = storage.path(config.trainer.workdir) / "checkpoints"
     if ckpt_dir.exists():
-        trainer = CToMTrainer(start_model, tok, tasks, config.step, config.trainer, config.ctom)
+        trainer = conversation_trainer(start_model, tok, tasks, config.step, config.trainer,
+                                       config.ctom)
         ckpt = Checkpointer(ckpt_dir, keep=config.trainer.keep_checkpoints)
         step = ckpt.latest_step()
         if step is not None:

@@ -116,7 +116,7 @@ def process_rows(batch: Batch, padded_rows: Callable[[int], int] | None = None) 
     `padded_rows(rows)` (default: the next multiple of the process count) and split into
     equal contiguous blocks in process order, which is how `Learner.put_batch` puts them
     back together. With the learner's own count (`Learner.row_split(rows,
-    multiple_of=processes)`, which `CToMTrainer` passes) put_batch adds no padding between
+    multiple_of=processes)`, which `ConversationRollout.padded_rows` gives) put_batch adds no padding between
     the blocks: every real row keeps the place it has on a single process, so it falls in
     the same PPO mini-batch (rows are split by index), whatever the process count."""
     n = jax.process_count()

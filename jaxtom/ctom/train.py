@@ -10,7 +10,7 @@ e.g. `ctom.simulator=llm`, `ctom.controller.mode=direct`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import jax
 import numpy as np
@@ -28,7 +28,8 @@ from jaxtom.ctom.task_sets import training_tasks
 from jaxtom.ctom.tiny import model_and_tokenizer
 from jaxtom.errors import BadInputError
 from jaxtom.models import add_lora, from_pretrained
-from jaxtom.rl.batch import bucketed_rows, first_fit_rows
+from jaxtom.rl.batch import bucketed_rows, first_fit_rows, update_rows
+from jaxtom.rl.step_config import StepConfig
 from jaxtom.rl.trainer import Rollout, Trainer, TrainerConfig
 from jaxtom.tokenizer import Tokenizer
 
@@ -100,19 +101,28 @@ class ConversationRollout:
     lockstep (the sampler is a collective), shares host results that could differ (simulator
     replies, coding scores), builds the step's whole batch and keeps its block of rows: see
     `jaxtom.ctom.lockstep` for why and what it costs. The samples, metrics and batch are
-    those of one process. `padded_rows(rows)` (the learner's row count for the processes;
-    `CToMTrainer` sets it) pads at the end, so that `Learner.put_batch` adds no padding
-    between the processes' blocks (`lockstep.process_rows`).
+    those of one process. The batch is padded at the end to the row count the update uses
+    for the processes (`padded_rows`: the learner's arithmetic for `step_cfg` on `mesh`), so
+    that `Learner.put_batch` adds no padding between the processes' blocks
+    (`lockstep.process_rows`).
     """
 
-    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, simulator=None,
-                 padded_rows: Callable[[int], int] | None = None, mesh=None):
+    def __init__(self, tok, settings: CToMSettings, cfg: TrainerConfig, step_cfg: StepConfig,
+                 simulator=None, mesh=None):
         self.tok, self.settings, self.cfg = tok, settings, cfg
         # an in-process LLM simulator is read into the run's mesh: on several processes it is
         # a collective that every process calls alike (see lockstep.shared_simulator)
         self.simulator = simulator or make_simulator(settings, mesh=mesh)
         self.controller = settings.controller_config()
-        self.padded_rows = padded_rows
+        self.data_parallel = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+        self.step_cfg = step_cfg
+
+    def padded_rows(self, rows: int) -> int:
+        """`rows` padded as the update pads them (`RowPlacement.row_split`), to a multiple of
+        the process count."""
+        s = self.step_cfg
+        return update_rows(rows, self.data_parallel, s.ppo_mini_batches, s.micro_batches,
+                           multiple_of=jax.process_count())[0]
 
     def __call__(self, model, tasks, key, step) -> Rollout:
         cfg, s = self.cfg, self.settings
@@ -165,17 +175,12 @@ def task_records(tok, tasks) -> list[dict]:
     return [{"prompt": tok.encode(t.prompt), "task": t} for t in tasks]
 
 
-class CToMTrainer(Trainer):
+def conversation_trainer(model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
+                         simulator=None, mesh=None) -> Trainer:
     """The one trainer with CToM's conversation rollout."""
-
-    def __init__(self, model, tok, tasks, step_cfg, cfg, settings: CToMSettings, *,
-                 simulator=None, mesh=None):
-        rollout = ConversationRollout(tok, settings, cfg, simulator, mesh=mesh)
-        super().__init__(model, task_records(tok, tasks), rollout, step_cfg, cfg, mesh=mesh,
-                         desc="ctom")
-        nproc = jax.process_count()
-        rollout.padded_rows = lambda rows: self.learner.row_split(rows, multiple_of=nproc)[0]
-        self.tok, self.settings = tok, settings
+    rollout = ConversationRollout(tok, settings, cfg, step_cfg, simulator, mesh=mesh)
+    return Trainer(model, task_records(tok, tasks), rollout, step_cfg, cfg, mesh=mesh,
+                   desc="ctom")
 
 
 def policy_and_tokenizer(config, mesh=None):
@@ -189,7 +194,7 @@ def policy_and_tokenizer(config, mesh=None):
 def train(config, mesh=None):
     """Trains a CToM config (`jaxtom train`); returns the final TrainState."""
     model, tok = policy_and_tokenizer(config, mesh)
-    trainer = CToMTrainer(model, tok, training_tasks(config.ctom, config.trainer.seed),
+    trainer = conversation_trainer(model, tok, training_tasks(config.ctom, config.trainer.seed),
                           config.step, config.trainer, config.ctom, mesh=mesh)
     del model  # the trainer lets the loaded model go once its (sharded) state is built
     return trainer.run()
