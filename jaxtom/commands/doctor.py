@@ -15,7 +15,7 @@ import sys
 import jax
 
 from jaxtom import preflight
-from jaxtom.commands.train import start_distributed
+from jaxtom.commands import train as train_command
 from jaxtom.config import ConfigError, load_config
 from jaxtom.preflight import Check
 
@@ -46,7 +46,7 @@ def run(args) -> int:
         record(Check("config", True, f"{args.config} ({config.kind})"))
         prefix = ""
         try:
-            start_distributed()
+            train_command.start_distributed()
         except Exception as err:  # noqa: BLE001  (the finding itself, printed in one line)
             # JAX's own checks need the processes; the storage checks below do not
             record(Check("processes", False, f"jax.distributed.initialize failed: "

@@ -33,8 +33,7 @@ from jax.sharding import Mesh, NamedSharding
 from jaxtom import parallel
 from jaxtom.buckets import bucket
 from jaxtom.models.decoder import CACHE_SEQ_AXIS, Decoder, KVCache
-from jaxtom.sampling import loop
-from jaxtom.sampling.segments import decode_segments
+from jaxtom.sampling import loop, segments
 from jaxtom.sampling.stop_strings import find_stop, stop_tables
 
 
@@ -286,8 +285,8 @@ def generate(model: Decoder, prompts: Sequence[Sequence[int]] | Sequence[str], *
     cache, state = prefill(params, cache, chunk, inputs)
     if compact and max_new_tokens > 1:
         multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-        out = decode_segments(decode, params, cache, state, inputs, n_real=n_real,
-                              max_new=max_new_tokens, multiple=multiple, mesh=mesh)
+        out = segments.decode_segments(decode, params, cache, state, inputs, n_real=n_real,
+                                       max_new=max_new_tokens, multiple=multiple, mesh=mesh)
         out_tok, out_lp, n_gen, finished, lengths, pending, steps = (
             out[k] for k in ("tokens", "logprobs", "n_new", "finished", "lengths", "token",
                              "steps"))

@@ -83,9 +83,9 @@ def grpo_scale(cfg, advantages, logp_scale):
 
 
 @functools.lru_cache(maxsize=None)
-def learner_for(cfg):
+def learner_for(cfg, total_steps: int = 2):
     """One Learner (and so one set of compiled programs) per config for the whole module."""
-    return rl.Learner(tiny_model(), cfg, total_steps=2)
+    return rl.Learner(tiny_model(), cfg, total_steps=total_steps)
 
 
 def single_update_learner(cfg):
@@ -94,7 +94,7 @@ def single_update_learner(cfg):
     u = cfg.updates_per_batch
     return learner_for(dataclasses.replace(
         cfg, ppo_mini_batches=1, ppo_epochs=1, micro_batches=1, reference="batch",
-        total_steps=cfg.total_steps * u, warmup_steps=cfg.warmup_steps * u))
+        warmup_steps=cfg.warmup_steps * u), total_steps=2 * u)
 
 
 def sequential_reference(cfg, batch):

@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import example, given, settings, strategies as st
 
-from jaxtom.stop_strings import MATCHED, find_stop, stop_table
+from jaxtom.sampling.stop_strings import MATCHED, find_stop, stop_table
 
 ALPHABET = "ab <>/"
 TOKENS = ["a", "b", "ab", "ba", " ", "<", ">", "</", "a>", "b<", "aab", "", "/a", " <"]

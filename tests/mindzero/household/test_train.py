@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxtom.mindzero import driver
+from jaxtom.mindzero import driver, task
 from jaxtom.config import ConfigError, load_config
 from jaxtom.mindzero.household import data as hd
 from jaxtom.mindzero.household import train as ht
@@ -115,7 +115,7 @@ def test_household_config_errors_name_the_field():
                             ("mindzero.data.observation=image", "data.observation"),
                             ("mindzero.data.task=goals", "data.task")):
         with pytest.raises(ConfigError, match=field):
-            load_config(TINY, [override])
+            task.get(load_config(TINY, [override]))  # the task is checked where it is found
     with pytest.raises(ConfigError, match="scorer_url"):
         load_config(TINY, ["mindzero.household.likelihood=llm",
                            "mindzero.household.scorer=http"])
