@@ -166,23 +166,31 @@ def _table_log_likelihoods(params, n, k, batch, steps, dtype, lookup, base, move
     obj_rows = base[:, None] + obj  # [N, K]
     carrying = holding >= 0
 
-    def pattern(step_counts):  # [4, N, K] -> (row [N, K], fewest [N, K])
+    def pattern(step_counts, which):  # [4, M, K] of steps `which` -> (row, fewest) [M, K]
         fewest = step_counts.min(0)
         worse = step_counts - fewest
-        seen = np.minimum(np.take_along_axis(worse, slot[None, :, None], 0)[0], 2)
+        seen = np.minimum(np.take_along_axis(worse, slot[None, which, None], 0)[0], 2)
         row = (lk.FIRST_PATTERN_ROW + 12 * (worse == 1).sum(0) + 3 * (worse >= 2).sum(0)
                + seen)
         return row, fewest
 
-    # empty-handed: object1's own distances (the object gap only adds to the fewest steps)
-    to_obj = lookup(move_rows[:, :, None], obj)  # [4, N, K]
-    row_seek, fewest_seek = pattern(to_obj)
-    gap = np.maximum(lookup(obj_rows[:, :, None], obj[:, None, :]) - 1, 0)  # [N, K, K]
+    # each phase's steps apart, as the computing variant does. Empty-handed: object1's own
+    # distances (the object gap only adds to the fewest steps)
+    pattern_row = np.empty((n, k, k), np.int64)
+    fewest = np.empty((n, k, k), np.int64)
+    seek = np.flatnonzero(~carrying)
+    row, few = pattern(lookup(move_rows[:, seek, None], obj[seek]), seek)  # [S, K]
+    gap = np.maximum(lookup(obj_rows[seek, :, None], obj[seek, None, :]) - 1, 0)  # [S, K, K]
+    pattern_row[seek] = row[:, :, None]
+    fewest[seek] = few[:, :, None] + gap
     # carrying: the nearest free cell next to object2
-    adjacent = np.moveaxis(moves_of[obj_rows], -1, 0)  # [4 sides, N, K]
-    free = (adjacent != obj) & ~occupancy[rows[:, None], adjacent]
-    to_adj = np.where(free, lookup(move_rows[:, None, :, None], adjacent), INF).min(1)
-    row_carry, fewest_carry = pattern(to_adj)  # per object2
+    carry = np.flatnonzero(carrying)
+    adjacent = np.moveaxis(moves_of[obj_rows[carry]], -1, 0)  # [4 sides, R, K]
+    free = (adjacent != obj[carry]) & ~occupancy[carry[:, None], adjacent]
+    to_adj = np.where(free, lookup(move_rows[:, None, carry, None], adjacent), INF).min(1)
+    row, few = pattern(to_adj, carry)  # per object2
+    pattern_row[carry] = row[:, None, :]
+    fewest[carry] = few[:, None, :]
 
     miss = np.where(is_move, lk.ROW_MISS, lk.ROW_FLOOR)[:, None, None]
 
@@ -201,9 +209,6 @@ def _table_log_likelihoods(params, n, k, batch, steps, dtype, lookup, base, move
         np.where(~holding_it[:, :, None], miss,
                  np.where(forced_put, taken(PUT), np.where(paused, taken(STAY), unforced))),
         np.where(forced_pick, taken(PICK), unforced))
-    pattern_row = np.where(carrying[:, None, None], row_carry[:, None, :], row_seek[:, :, None])
-    fewest = np.where(carrying[:, None, None], fewest_carry[:, None, :],
-                      fewest_seek[:, :, None] + gap)
     goal_row = np.where(code < 0, pattern_row, code)
     index = goal_row * (cap + 1) + np.minimum(fewest, cap)
     goals = index.reshape(n, k * k)[:, 1:].reshape(n, k - 1, k + 1)[:, :, :k]
