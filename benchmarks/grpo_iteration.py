@@ -539,19 +539,26 @@ def main(argv=None) -> dict:
         return out
     record = Run("grpo_iteration")
     argv = list(sys.argv[1:] if argv is None else argv)
-    runs = []
+    runs, failed = [], []
     for p in range(args.processes):
         print(f"--- process {p + 1} of {args.processes}", flush=True)
-        done = subprocess.run([sys.executable, __file__, "--child", *argv], text=True,
-                              stdout=subprocess.PIPE, check=True)
-        for line in done.stdout.splitlines():
+        # each child's lines pass through as they come (its JSON line too, so a later
+        # process's failure loses nothing); a failed child is recorded and the rest go on
+        child_run = subprocess.Popen([sys.executable, __file__, "--child", *argv], text=True,
+                                     stdout=subprocess.PIPE)
+        for line in child_run.stdout:
+            print(line, end="", flush=True)
             if line.startswith("CHILD "):
                 runs.append(json.loads(line[len("CHILD "):]))
-            else:
-                print(line, flush=True)
+        if child_run.wait() != 0:
+            failed.append({"process": p + 1, "returncode": child_run.returncode})
+            print(f"process {p + 1} failed with return code {child_run.returncode}",
+                  flush=True)
+    if not runs:
+        raise SystemExit(f"no process finished: {failed}")
     summary = aggregate(runs)
     result = {"args": vars(args), "threads": runs[0].get("threads"), "summary": summary,
-              "runs": runs}
+              "runs": runs, "processes_finished": len(runs), "processes_failed": failed}
     first = str(int(args.caps.split(",")[0]))
     tiny = summary.get("tiny", {}).get(first, {})
     if tiny.get("tunix_like", {}).get("speedup_vs_tunix"):
@@ -559,7 +566,7 @@ def main(argv=None) -> dict:
         result["speedup_vs_tunix_spread"] = tiny["tunix_like"]["speedup_vs_tunix"]
     for name, per_cap in summary.items():
         for cap, rows in per_cap.items():
-            print(f"{name}, cap {cap}: min / median / max over {args.processes} processes")
+            print(f"{name}, cap {cap}: min / median / max over {len(runs)} processes")
             for v, r in rows.items():
                 if "error" in r:
                     print(f"  {v:13s} failed: {r['error']}")
