@@ -23,8 +23,11 @@ discounted cost of the steps still needed, forced pick / put / carry-phase pause
 `scale * gamma^steps`, `scale = c gamma / ((1 - gamma) tau)`. Ordinary NumPy care is taken
 (distances looked up per object, then broadcast to the [K, K] goal grid; the four moves on a
 leading axis, since NumPy reduces a trailing axis of 4 ~10x slower; empty-handed and carrying
-steps evaluated apart), but not jaxtom's own trick (`jaxtom.gridworld.likelihood`: every
-log-probability precomputed in a table indexed by move pattern).
+steps evaluated apart). With `table=True` it also uses the precomputed table jaxtom uses
+(`jaxtom.gridworld.likelihood.log_likelihood_table`: every floored, mixed log-probability,
+indexed by move pattern and fewest steps), so no goal evaluates a transcendental: the
+benchmarks report both variants, without the table (what NumPy code written from the model
+would do) and with it (the same algorithm as jaxtom, so the ratio is the implementation's).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ __all__ = ["cumulative_log_likelihoods", "elbo_rewards", "goal_log_likelihoods"]
 
 
 def goal_log_likelihoods(dist, next_cell, human_pos, human_holding, human_last_action,
-                         helper_holding, obj_pos, action, params, dtype=np.float64):
+                         helper_holding, obj_pos, action, params, dtype=np.float64,
+                         table=False):
     """`[..., T, G]` floored log-likelihoods of the human's actions under every ordered goal
     (goals in `goal_pairs` order: object1 rows, object2 columns, diagonal dropped).
 
@@ -47,7 +51,8 @@ def goal_log_likelihoods(dist, next_cell, human_pos, human_holding, human_last_a
     cell reached by stay/up/down/left/right; per step (leading dims `...` then T):
     human_pos [..., T, 2] (x, y), human_holding / human_last_action / helper_holding /
     action [..., T], obj_pos [..., T, K, 2]. Every step is evaluated; mask steps past an
-    episode's end yourself."""
+    episode's end yourself. `table`: look every value up in jaxtom's precomputed table
+    (float32 values, whatever `dtype`) instead of computing it."""
     dist = np.asarray(dist)
     next_cell = np.asarray(next_cell)
     action = np.asarray(action)
@@ -98,6 +103,11 @@ def goal_log_likelihoods(dist, next_cell, human_pos, human_holding, human_last_a
             shifted, observed.reshape((1, -1) + (1,) * (shifted.ndim - 2)), 0)[0]
         return picked - np.log(np.exp(shifted).sum(0))
 
+    if table:
+        return _table_log_likelihoods(
+            params, n, k, batch, steps, dtype, lookup, base, moves_of, human, obj, objs, pos,
+            holding, helper, last, act, ground, occupancy, rows, ids, is_move, slot)
+
     # Each step is in one phase: empty-handed steps need every (object1, object2), carrying
     # steps only object2 (any other object1 is impossible), so each phase's steps are
     # evaluated apart.
@@ -139,6 +149,71 @@ def goal_log_likelihoods(dist, next_cell, human_pos, human_holding, human_last_a
     logp = np.maximum(logp, dtype(math.log(params.likelihood_floor)))
     goals = logp.reshape(n, k * k)[:, 1:].reshape(n, k - 1, k + 1)[:, :, :k]  # off-diagonal
     return goals.reshape(batch + (steps, k * (k - 1))).astype(dtype, copy=False)
+
+
+def _table_log_likelihoods(params, n, k, batch, steps, dtype, lookup, base, moves_of, human,
+                           obj, objs, pos, holding, helper, last, act, ground, occupancy, rows,
+                           ids, is_move, slot):
+    """`goal_log_likelihoods` by lookups in jaxtom's table: each object's move pattern (how
+    many moves are one / two+ steps worse than the best, how much worse the observed one is)
+    picks the row, the fewest steps left the column; forced and impossible cases are the
+    table's constant rows."""
+    from jaxtom.gridworld import likelihood as lk
+
+    flat = lk.log_likelihood_table(params)
+    cap = lk.steps_cap(params)
+    move_rows = base + moves_of[base + human].T  # [4, N]
+    obj_rows = base[:, None] + obj  # [N, K]
+    carrying = holding >= 0
+
+    def pattern(step_counts, which):  # [4, M, K] of steps `which` -> (row, fewest) [M, K]
+        fewest = step_counts.min(0)
+        worse = step_counts - fewest
+        seen = np.minimum(np.take_along_axis(worse, slot[None, which, None], 0)[0], 2)
+        row = (lk.FIRST_PATTERN_ROW + 12 * (worse == 1).sum(0) + 3 * (worse >= 2).sum(0)
+               + seen)
+        return row, fewest
+
+    # each phase's steps apart, as the computing variant does. Empty-handed: object1's own
+    # distances (the object gap only adds to the fewest steps)
+    pattern_row = np.empty((n, k, k), np.int64)
+    fewest = np.empty((n, k, k), np.int64)
+    seek = np.flatnonzero(~carrying)
+    row, few = pattern(lookup(move_rows[:, seek, None], obj[seek]), seek)  # [S, K]
+    gap = np.maximum(lookup(obj_rows[seek, :, None], obj[seek, None, :]) - 1, 0)  # [S, K, K]
+    pattern_row[seek] = row[:, :, None]
+    fewest[seek] = few[:, :, None] + gap
+    # carrying: the nearest free cell next to object2
+    carry = np.flatnonzero(carrying)
+    adjacent = np.moveaxis(moves_of[obj_rows[carry]], -1, 0)  # [4 sides, R, K]
+    free = (adjacent != obj[carry]) & ~occupancy[carry[:, None], adjacent]
+    to_adj = np.where(free, lookup(move_rows[:, None, carry, None], adjacent), INF).min(1)
+    row, few = pattern(to_adj, carry)  # per object2
+    pattern_row[carry] = row[:, None, :]
+    fewest[carry] = few[:, None, :]
+
+    miss = np.where(is_move, lk.ROW_MISS, lk.ROW_FLOOR)[:, None, None]
+
+    def taken(forced):
+        return np.where((act == forced)[:, None, None], lk.ROW_MATCH, miss)
+
+    holding_it = ids == holding[:, None]  # [N, K(object1)]
+    next_to = (np.abs(objs[..., 0] - pos[:, None, 0])
+               + np.abs(objs[..., 1] - pos[:, None, 1])) == 1  # [N, K(object2)]
+    forced_put = (~occupancy[rows, human][:, None] & next_to)[:, None, :]
+    paused = ((last >= 1) & (last <= 4))[:, None, None]
+    forced_pick = (ground & (obj == human[:, None]))[:, :, None]
+    unforced = np.where(is_move[:, None, None], -1, lk.ROW_FLOOR)  # -1: the pattern row
+    code = np.where(
+        carrying[:, None, None],
+        np.where(~holding_it[:, :, None], miss,
+                 np.where(forced_put, taken(PUT), np.where(paused, taken(STAY), unforced))),
+        np.where(forced_pick, taken(PICK), unforced))
+    goal_row = np.where(code < 0, pattern_row, code)
+    index = goal_row * (cap + 1) + np.minimum(fewest, cap)
+    goals = index.reshape(n, k * k)[:, 1:].reshape(n, k - 1, k + 1)[:, :, :k]
+    out = flat[goals.reshape(n, k * (k - 1))]
+    return out.reshape(batch + (steps, k * (k - 1))).astype(dtype, copy=False)
 
 
 def cumulative_log_likelihoods(per_step, valid=None):

@@ -113,6 +113,22 @@ def test_likelihoods_equal_the_scalar_oracle(random_prob):
     assert floor in seen and round(math.log1p(-random_prob), 6) in seen and len(seen) > 20
 
 
+@pytest.mark.parametrize("random_prob", [0.0, 0.15])
+def test_table_variant_equals_the_scalar_oracle(random_prob):
+    """`table=True` looks the values up in jaxtom's float32 table: equal to the oracle within
+    float32 rounding of the table's entries, on every phase of the episodes."""
+    params = EnvParams(random_prob=random_prob, max_steps=40)
+    for seed in range(3):
+        walls, states, arrays = play(seed, params, 40)
+        want = reference.step_log_likelihoods(states, arrays["action"], params)
+        dist, next_cell = tables(walls)
+        got = nb.goal_log_likelihoods(dist, next_cell, **arrays, params=params,
+                                      dtype=np.float32, table=True)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=0, atol=likelihood_tol(params, EPS32))
+        assert not np.allclose(got[1:], want[:-1], rtol=0, atol=likelihood_tol(params, EPS32))
+
+
 def test_batched_episodes_equal_one_at_a_time():
     params = EnvParams(max_steps=12)
     played = [play(seed, params, 12) for seed in (10, 11, 12)]
