@@ -5,7 +5,7 @@ Data (appendix B.2): `data.train_episodes` training episodes that each carry que
 types 1-3 (`gridworld.qa_episodes`) and `data.eval_episodes` held-out ones (no training wall
 layout; with `data.split="labels"` the paper's held-out labels too), each set from its own
 key. Phases, each checkpointed under the run directory and resumable like the goal
-path (`mindzero.trainer`): an optional format warm-up on uniformly random letters
+path (`mindzero.goals_text`): an optional format warm-up on uniformly random letters
 (`warmup/`), then SSRL on the QA reward (`ssrl/`, final parameters in `checkpoint/`). The
 tiny CPU model gets a BPE trained on the run's own prompts (`tokenizer.json`).
 """
