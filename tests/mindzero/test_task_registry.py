@@ -14,8 +14,7 @@ from jaxtom.mindzero import driver, task
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO = ["mindzero.data.train_episodes=8", "mindzero.data.eval_episodes=2",
-         "mindzero.warmup.steps=2", "mindzero.warmup.min_distinct=0", "mindzero.warmup.min_lead=0",
-         "mindzero.warmup.batch_size=4", "trainer.total_steps=2", "trainer.prompts_per_step=2",
+         "mindzero.warmup.steps=0", "trainer.total_steps=2", "trainer.prompts_per_step=2",
          "trainer.group_size=4", "trainer.max_new_tokens=24", "trainer.eval_every=0",
          "model.vocab_size=320", "trainer.progress=false", "mindzero.data.val_episodes=0"]
 
@@ -36,18 +35,25 @@ def toy(monkeypatch):
     return module
 
 
-def test_the_documented_toy_task_trains_through_the_unchanged_driver(tmp_path, toy):
+def test_the_documented_toy_task_trains_through_the_unchanged_driver(tmp_path, toy,
+                                                                    monkeypatch):
     assert "early_goals" in task.names() and {"goals", "qa", "household", "household_qa"} <= \
         set(task.names())
     config = load_config("configs/mindzero_gridworld_tiny.py",
                          [f"trainer.workdir={tmp_path}", "mindzero.data.task=early_goals",
                           *MICRO])
     assert task.get(config) is toy.TASK
-    prepared = task.get(config).prepare(config, tmp_path / "prepare", None)
-    steps = {record["t"] for record in prepared.ssrl_tasks}
-    assert steps and max(steps) <= toy.EARLY_STEPS
+    trained, run_ssrl = [], driver.run_ssrl
+
+    def recording(model, tasks, *args, **kwargs):
+        trained.extend(tasks)
+        return run_ssrl(model, tasks, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "run_ssrl", recording)
     out = driver.train(config, progress=False)
     assert int(out["state"].step) == 2 and (tmp_path / "checkpoint").exists()
+    steps = {record["t"] for record in trained}
+    assert len(steps) > 1 and max(steps) <= toy.EARLY_STEPS
 
 
 def test_unknown_task_is_one_config_error_listing_the_registered_ones(tmp_path, capsys):
