@@ -51,7 +51,7 @@ median over `--steps` iterations after the first; `--processes` separate process
 measure every row, and each figure is reported as min / median / max over them. Last line:
 one JSON object with every process's raw figures.
 
-    /work/venv-bench/bin/python benchmarks/grpo_iteration.py [--processes 3 --steps 4]
+    .venv-bench/bin/python benchmarks/grpo_iteration.py [--processes 3 --steps 4]
         [--caps 512,128] [--models tiny,smollm2] [--save]
 """
 
