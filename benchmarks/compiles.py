@@ -143,7 +143,7 @@ def run_grpo(steps: int, max_len: int, stop_ids: int, settle: int, **sizes) -> d
                 log.iteration = step + 1
                 return super().__call__(model, tasks, key, step)
 
-        cfg, step_cfg = gi.jaxtom_configs(shape, steps, optimized=True)
+        cfg, step_cfg = gi.jaxtom_configs(shape, steps, share=True, compact=True)
         start = time.perf_counter()
         Trainer(models.from_pretrained(shape.path), [{"prompt": p} for p in shape.prompts],
                 Counted(scored, cfg), step_cfg, cfg).run()
