@@ -53,6 +53,9 @@ one JSON object with every process's raw figures.
 
     .venv-bench/bin/python benchmarks/grpo_iteration.py [--processes 3 --steps 4]
         [--caps 512,128] [--models tiny,smollm2] [--save]
+    python benchmarks/grpo_iteration.py --table benchmarks/results/grpo_iteration-*.json
+
+`--table` prints a saved run's markdown tables (the README's come from it, not by hand).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 try:
@@ -488,6 +492,42 @@ def aggregate(runs: list[dict]) -> dict:
     return out
 
 
+def markdown_tables(result: dict) -> str:
+    """The README's tables of one saved run: per model and cap, each row's min / median /
+    max over processes (the ratios taken per process first)."""
+    def mmm(f, fmt, unit=""):
+        if f is None:
+            return ""
+        if f["n"] == 1:
+            return f"{f['median']:{fmt}}{unit}"
+        return f"{f['median']:{fmt}}{unit} ({f['min']:{fmt}}-{f['max']:{fmt}})"
+
+    lines = []
+    for name, per_cap in result["summary"].items():
+        for cap, rows in per_cap.items():
+            n = result["processes_finished"]
+            lines += ["", f"{name}, cap {cap} (median (min-max) over {n} processes)", "",
+                      "| row | s / iteration | vs tunix (a) | vs jaxtom (a) | sampled tokens / s "
+                      "| mean completion (SE) | mean / cap | distinct of sampled |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for v, r in rows.items():
+                if "error" in r:
+                    lines.append(f"| `{v}` | {r['error'][:160]} | | | | | | |")
+                    continue
+                ln, se = r["mean_completion_len"], r["mean_completion_len_se"]
+                completions = next(run["models"][name]["caps"][cap][v]["completions"]
+                                   for run in result["runs"]
+                                   if "error" not in run["models"][name]["caps"][cap][v])
+                lines.append(
+                    f"| `{v}` | {mmm(r['seconds'], '.2f')} "
+                    f"| {mmm(r['speedup_vs_tunix'], '.2f', 'x')} "
+                    f"| {mmm(r['speedup_vs_same_work'], '.2f', 'x')} "
+                    f"| {mmm(r['tokens_per_s'], ',.0f')} | {ln['median']:.1f} ({se['median']:.1f}) "
+                    f"| {r['mean_over_cap']['median']:.2f} "
+                    f"| {r['distinct_completions']['median']:.0f} / {completions} |")
+    return "\n".join(lines)
+
+
 def child(args) -> dict:
     """One process's measurements (every row at every cap)."""
     log = watch_compiles()
@@ -526,7 +566,12 @@ def main(argv=None) -> dict:
     base.add_thread_options(parser)
     parser.add_argument("--save", action="store_true",
                         help="also write the JSON line to benchmarks/results/")
+    parser.add_argument("--table", metavar="JSON",
+                        help="print a saved run's markdown tables and exit (nothing is run)")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_tables(json.loads(Path(args.table).read_text())))
+        return {}
     if set(args.models.split(",")) - {"tiny", "smollm2"}:
         parser.error(f"--models {args.models!r}: expected a subset of tiny,smollm2")
     if set(args.variants.split(",")) - set(VARIANTS):

@@ -179,25 +179,32 @@ def layer_forward(p, h, cos, sin, cfg: ModelConfig, lora_scale, kv_write,
     forward's), so attention skips those blocks (`causal_attention`); `attend(q, keys,
     values)`, when given, attends instead of the dense paths (it knows its own mask)."""
     B, T, _ = h.shape
-    x = rms_norm(h, p["input_layernorm"], cfg.rms_norm_eps)
-    q = _linear(p, "q_proj", x, lora_scale).reshape(B, T, cfg.num_heads, cfg.head_dim)
-    k = _linear(p, "k_proj", x, lora_scale).reshape(B, T, cfg.num_kv_heads, cfg.head_dim)
-    v = _linear(p, "v_proj", x, lora_scale).reshape(B, T, cfg.num_kv_heads, cfg.head_dim)
-    if cfg.qk_norm:
-        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
-        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    # the named scopes label the compiled ops (profiles split a step by them; no effect on
+    # what is computed)
+    with jax.named_scope("qkv"):
+        x = rms_norm(h, p["input_layernorm"], cfg.rms_norm_eps)
+        q = _linear(p, "q_proj", x, lora_scale).reshape(B, T, cfg.num_heads, cfg.head_dim)
+        k = _linear(p, "k_proj", x, lora_scale).reshape(B, T, cfg.num_kv_heads, cfg.head_dim)
+        v = _linear(p, "v_proj", x, lora_scale).reshape(B, T, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+            k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys, values, mask = kv_write(k, v)
-    if attend is not None:
-        attn = attend(q, keys, values)
-    elif row_causal and not heads_first:
-        attn = causal_attention(q, keys, values, mask, cfg)
-    else:
-        attn = attention(q, keys, values, mask, cfg, heads_first)
-    h = h + _linear(p, "o_proj", attn, lora_scale)
-    x = rms_norm(h, p["post_attention_layernorm"], cfg.rms_norm_eps)
-    gate = jax.nn.silu(_linear(p, "gate_proj", x, lora_scale))
-    return h + _linear(p, "down_proj", gate * _linear(p, "up_proj", x, lora_scale), lora_scale)
+    with jax.named_scope("attention"):
+        if attend is not None:
+            attn = attend(q, keys, values)
+        elif row_causal and not heads_first:
+            attn = causal_attention(q, keys, values, mask, cfg)
+        else:
+            attn = attention(q, keys, values, mask, cfg, heads_first)
+    with jax.named_scope("o_proj"):
+        h = h + _linear(p, "o_proj", attn, lora_scale)
+    with jax.named_scope("mlp"):
+        x = rms_norm(h, p["post_attention_layernorm"], cfg.rms_norm_eps)
+        gate = jax.nn.silu(_linear(p, "gate_proj", x, lora_scale))
+        return h + _linear(p, "down_proj", gate * _linear(p, "up_proj", x, lora_scale),
+                           lora_scale)
 
 
 def _write_rows(cache: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:

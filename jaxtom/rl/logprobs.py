@@ -177,6 +177,11 @@ def token_logprobs_from_hidden(hidden: jax.Array, head: jax.Array, tokens: jax.A
     scored entries in any row, only those entries are computed; every other entry is 0.
     Without them every entry but the first is computed.
     """
+    with jax.named_scope("lm_head"):
+        return _token_logprobs(hidden, head, tokens, vocab_axis, scored, width, entropy, chunk)
+
+
+def _token_logprobs(hidden, head, tokens, vocab_axis, scored, width, entropy, chunk):
     B, T, D = hidden.shape
     if scored is None:
         h, targets = hidden[:, :-1], tokens[:, 1:]
