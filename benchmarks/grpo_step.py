@@ -258,6 +258,7 @@ def side_by_side(sizes, group, repeats, with_tunix, prompt_len=PROMPT, seed=0):
     (`group` None) or the GRPO-shaped batch with groups of `group` (`grouped_data`), its
     tokens, rewards and lengths drawn from `seed`."""
     path = checkpoint(sizes)
+    same = same_model(path) if with_tunix else None  # before anything is timed
     vocab = sizes["vocab_size"]
     if group is None:
         data = make_data(vocab, seed)
@@ -269,7 +270,7 @@ def side_by_side(sizes, group, repeats, with_tunix, prompt_len=PROMPT, seed=0):
         runs += [lambda: run_tunix(path, data, group)] if with_tunix else []
     steps, memory, losses = zip(*[run() for run in runs])
     seconds = timed(steps, repeats)
-    return list(zip(seconds, memory, losses)), same_model(path) if with_tunix else None
+    return list(zip(seconds, memory, losses)), same
 
 
 _PARITY: dict = {}
@@ -280,8 +281,8 @@ def same_model(path) -> dict:
     checkpoint (once per checkpoint), checked to agree (`parity.check`)."""
     if str(path) not in _PARITY:
         from jaxtom import models
-        tokens = np.random.default_rng(7).integers(
-            1, json.loads((Path(path) / "config.json").read_text())["vocab_size"], (4, 96))
+        tokens = parity.check_ids(
+            json.loads((Path(path) / "config.json").read_text())["vocab_size"])
         figures = parity.compare(parity.jaxtom_side(models.from_pretrained(path), tokens),
                                  parity.tunix_side(parity.tunix_qwen3(path)[0], tokens),
                                  "tunix")

@@ -157,6 +157,16 @@ def transformers_side(torch_model, tokens):
     return logp.detach().numpy(), float(norm)
 
 
+def check_ids(vocab: int, rows: int = 4, length: int = 96, seed: int = 7) -> np.ndarray:
+    """[rows, length] token ids for the check, drawn from the whole vocabulary: id 0 (the
+    pad id of tunix's id tokenizer, which a draw from 1..vocab-1 would never test) every 17
+    entries of every row, and the last id of the vocabulary in every row."""
+    ids = np.random.default_rng(seed).integers(0, vocab, (rows, length))
+    ids[:, 1::17] = 0
+    ids[:, 2] = vocab - 1
+    return ids
+
+
 def compare(ours, theirs, peer: str) -> dict:
     """The figures of one comparison, printed, as JSON fields."""
     (a, ga), (b, gb) = ours, theirs

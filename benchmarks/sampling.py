@@ -181,8 +181,13 @@ def bench_smollm2(batches, prompt_len, gen_len, repeats) -> dict:
     print(f"SmolLM2-135M ({model.config.num_layers} layers, vocab {vocab}), both loaded in "
           f"{time.perf_counter() - start:.1f} s; prompt={prompt_len} generate={gen_len} greedy, "
           f"median of {repeats}")
+    parity = parity_module()  # the same model on both sides, before anything is timed
+    check = parity.check_ids(vocab)
+    same = parity.compare(parity.jaxtom_side(model, check),
+                          parity.transformers_side(torch_model, check), "transformers")
+    parity.check(same, "transformers (SmolLM2)")
     rng = np.random.default_rng(1)
-    out = {}
+    out = {"parity": same}
     for batch in batches:
         prompts = rng.integers(100, vocab, (batch, prompt_len)).tolist()
         start = time.perf_counter()
@@ -193,13 +198,6 @@ def bench_smollm2(batches, prompt_len, gen_len, repeats) -> dict:
                             [f"smollm2_{batch}_jaxtom", f"smollm2_{batch}_transformers"])
         new_tokens = batch * gen_len
         rows_equal = float(np.mean(np.all(jax_tokens == hf_tokens, axis=1)))
-        if "parity" not in out:
-            parity = parity_module()
-            same = parity.compare(parity.jaxtom_side(model, prompts[:4]),
-                                  parity.transformers_side(torch_model, prompts[:4]),
-                                  "transformers")
-            parity.check(same, "transformers (SmolLM2)")
-            out["parity"] = same
         out[str(batch)] = {"tokens_per_s": new_tokens / t_jax,
                            "transformers_tokens_per_s": new_tokens / t_hf,
                            "speedup_vs_transformers": t_hf / t_jax,
@@ -243,20 +241,21 @@ def main(argv=None) -> dict:
     run_jax, jax_tokens = bench_jaxtom(path, prompts, args.gen_len)
     run_hf, hf_tokens = bench_transformers(torch_model, prompts, args.gen_len)
     run_tunix, tunix_tokens, tunix_missing = bench_tunix(path, prompts, args.gen_len)
-    runs = [run_jax, run_hf] + ([run_tunix] if run_tunix else [])
-    t_jax, t_hf, *t_tunix = timed(runs, args.repeats,
-                                  ["jaxtom", "transformers", "tunix"][:len(runs)])
-    t_tunix = t_tunix[0] if t_tunix else None
+    # the same model on every side, checked before anything is timed
     parity = parity_module()
-    tokens = np.random.default_rng(7).integers(1, CONFIG["vocab_size"], (4, 96))
+    tokens = parity.check_ids(CONFIG["vocab_size"])
     ours = parity.jaxtom_side(models.from_pretrained(path), tokens)
     same = {"transformers": parity.compare(ours, parity.transformers_side(torch_model, tokens),
                                            "transformers")}
-    if t_tunix is not None:
+    if run_tunix is not None:
         same["tunix"] = parity.compare(ours, parity.tunix_side(parity.tunix_qwen3(path)[0],
                                                                tokens), "tunix")
     for peer, figures in same.items():
         parity.check(figures, peer)
+    runs = [run_jax, run_hf] + ([run_tunix] if run_tunix else [])
+    t_jax, t_hf, *t_tunix = timed(runs, args.repeats,
+                                  ["jaxtom", "transformers", "tunix"][:len(runs)])
+    t_tunix = t_tunix[0] if t_tunix else None
 
     result = {"threads": threads, "parity": same,
               "logprob_max_abs_diff": max(f["logprob_max_abs_diff"] for f in same.values()),

@@ -108,6 +108,11 @@ def smollm2_side(batch: int, prompt_len: int, max_len: int, repeats: int) -> dic
     model = models.from_pretrained(path)
     torch_model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    parity = base.parity_module()  # the same model on both sides, before anything is timed
+    check = parity.check_ids(model.config.vocab_size)
+    same = parity.compare(parity.jaxtom_side(model, check),
+                          parity.transformers_side(torch_model, check), "transformers")
+    parity.check(same, "transformers (SmolLM2)")
     prompts, eos, targets, lengths = ragged_batch(model, batch, prompt_len, max_len,
                                                   model.config.vocab_size, candidates=64,
                                                   low=100)
@@ -132,10 +137,6 @@ def smollm2_side(batch: int, prompt_len: int, max_len: int, repeats: int) -> dic
     equal = {k: same_rows(outs["jaxtom"], v, eos) for k, v in outs.items() if k != "jaxtom"}
     times = dict(zip(runs, base.timed(list(runs.values()), repeats,
                                       [f"smollm2_{k}" for k in runs])))
-    parity = base.parity_module()
-    same = parity.compare(parity.jaxtom_side(model, prompts[:4]),
-                          parity.transformers_side(torch_model, prompts[:4]), "transformers")
-    parity.check(same, "transformers (SmolLM2)")
     useful = int(lengths.sum())
     for name, t in times.items():
         print(f"  {name:20s} {useful / t:8.1f} useful tok/s ({t:.2f} s)  jaxtom's speedup "
@@ -218,10 +219,8 @@ def main(argv=None) -> dict:
 
     names = ["jaxtom", "jaxtom_single_loop", "transformers"] + (["tunix"] if run_tunix else [])
     fns = [run_compact, run_loop, run_hf] + ([run_tunix] if run_tunix else [])
-    times = dict(zip(names, base.timed(fns, args.repeats, names)))
-    useful = int(lengths.sum())
-    parity = base.parity_module()
-    check = np.random.default_rng(7).integers(1, base.CONFIG["vocab_size"], (4, 96))
+    parity = base.parity_module()  # the same model on every side, before anything is timed
+    check = parity.check_ids(base.CONFIG["vocab_size"])
     mine = parity.jaxtom_side(model, check)
     same = {"transformers": parity.compare(mine, parity.transformers_side(torch_model, check),
                                            "transformers")}
@@ -230,6 +229,8 @@ def main(argv=None) -> dict:
                                                                check), "tunix")
     for peer, figures in same.items():
         parity.check(figures, peer)
+    times = dict(zip(names, base.timed(fns, args.repeats, names)))
+    useful = int(lengths.sum())
     result = {"threads": threads, "batch": args.batch, "max_len": args.max_len, "eos": eos,
               "lengths": lengths.tolist(), "useful_tokens": useful,
               "single_loop_tokens": args.batch * int(lengths.max()),
