@@ -520,7 +520,7 @@ def markdown_tables(result: dict) -> str:
                     f"| `{v}` | {mmm(r['seconds'], '.2f')} "
                     f"| {mmm(r['speedup_vs_tunix'], '.2f', 'x')} "
                     f"| {mmm(r['speedup_vs_same_work'], '.2f', 'x')} "
-                    f"| {mmm(r['tokens_per_s'], ',.0f')} | {ln['median']:.1f} ({se['median']:.1f}) "
+                    f"| {mmm(r['tokens_per_s'], ',.1f')} | {ln['median']:.1f} ({se['median']:.1f}) "
                     f"| {r['mean_over_cap']['median']:.2f} "
                     f"| {r['distinct_completions']['median']:.0f} / {completions} |")
     return "\n".join(lines)
