@@ -116,7 +116,9 @@ def _object_id(obj: Any, index: dict[str, int], strict: bool) -> int | str:
     return index[label]
 
 
-def _probability(p: Any, strict: bool) -> float | str:
+def finite_p(p: Any) -> float | str:
+    """An answer's p as a finite float, or why it is not one (every domain's first check;
+    the range rule is the domain's own)."""
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         return "p is not a number"
     try:
@@ -125,6 +127,13 @@ def _probability(p: Any, strict: bool) -> float | str:
         return "p is not finite"
     if not math.isfinite(p):
         return "p is not finite"
+    return p
+
+
+def _probability(p: Any, strict: bool) -> float | str:
+    p = finite_p(p)
+    if isinstance(p, str):
+        return p
     if strict and not 0.0 <= p <= 1.0:
         return "p is outside [0, 1]"
     return min(p, _MAX_WEIGHT)

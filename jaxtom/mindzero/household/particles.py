@@ -50,7 +50,7 @@ import numpy as np
 
 from jaxtom.household.catalog import GOAL_OBJECT_TYPES, TARGETS, TASKS
 from jaxtom.household.goals import Goal
-from jaxtom.mindzero.particles import ParseFailure
+from jaxtom.mindzero.particles import ParseFailure, finite_p
 
 MODES = ("train", "eval")
 DEFAULT_FLOOR = 1e-12  # q floor of `normalise`, as the gridworld's parser
@@ -238,14 +238,9 @@ def _probability(value, strict: bool) -> float | str:
                                                         else 1)
         except ValueError:
             return "p is not a number"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "p is not a number"
-    try:
-        value = float(value)
-    except OverflowError:
-        return "p is not finite"
-    if not math.isfinite(value):
-        return "p is not finite"
+    value = finite_p(value)
+    if isinstance(value, str):
+        return value
     if value < 0 or (strict and value > 1):
         return f"p {value!r} is outside [0, 1]"
     return min(value, _MAX_WEIGHT)
